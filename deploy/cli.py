@@ -1,0 +1,280 @@
+"""The ``shiftwatch`` command line.
+
+Errors a user can make (bad parameter, unknown operator, missing file) end the command with
+one line on stderr and exit status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["main", "parse_params", "load_labels"]
+
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """An error caused by the command line or its inputs: printed as one line."""
+
+
+# --------------------------------------------------------------------------------------
+# Parameter and label parsing
+# --------------------------------------------------------------------------------------
+
+
+def parse_params(pairs: list[str] | None, what: str = "--param") -> dict[str, Any]:
+    """Parse ``["k=v", ...]``; values are read as YAML scalars/lists (``0.01``, ``true``, ``[1, 2]``).
+
+    >>> parse_params(["delta=0.01", "field=meta.temp", "grace=[1, 2]", "name=ADWIN"])
+    {'delta': 0.01, 'field': 'meta.temp', 'grace': [1, 2], 'name': 'ADWIN'}
+    """
+    params: dict[str, Any] = {}
+    for pair in pairs or []:
+        k, sep, v = pair.partition("=")
+        k = k.strip()
+        if not sep or not k:
+            raise UserError(f"{what} {pair!r} is not of the form key=value")
+        try:
+            params[k] = yaml.safe_load(v) if v.strip() else ""
+        except yaml.YAMLError:
+            params[k] = v
+    return params
+
+
+def load_labels(spec: str, source_name: str | None = None) -> dict[str, list[int]]:
+    """Read true change points from ``spec``.
+
+    ``spec`` is a comma-separated list of indices (``"120,480"``) or a JSON file holding a
+    list of indices, a mapping annotator -> indices, or a TCPD annotations file (dataset ->
+    annotator -> indices; the dataset named like the source is used, or the only one).
+
+    >>> load_labels("120, 480")
+    {'labels': [120, 480]}
+    """
+    path = Path(spec)
+    if not path.exists():
+        parts = [p.strip() for p in spec.split(",") if p.strip()]
+        try:
+            return {"labels": sorted(int(p) for p in parts)}
+        except ValueError:
+            raise UserError(f"--labels {spec!r}: no such file, and not a list of indices") from None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--labels {spec}: cannot read JSON ({exc})") from None
+    if isinstance(data, list):
+        return {"labels": sorted(int(i) for i in data)}
+    if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+        if source_name in data:
+            data = data[source_name]
+        elif len(data) == 1:
+            data = next(iter(data.values()))
+        else:
+            raise UserError(f"--labels {spec}: holds annotations of several data sets "
+                            f"({', '.join(sorted(data))}); none is named {source_name!r}")
+    if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
+        return {str(k): sorted(int(i) for i in v) for k, v in data.items()}
+    raise UserError(f"--labels {spec}: expected a list of indices or annotator -> indices")
+
+
+class _OperatorAction(argparse.Action):
+    """``--operator NAME`` starts a new stage; following ``--param`` belong to it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        stages = getattr(namespace, "stages", None) or []
+        stages.append({"name": values, "params": []})
+        namespace.stages = stages
+
+
+class _ParamAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        stages = getattr(namespace, "stages", None)
+        if not stages:
+            parser.error("--param must follow the --operator it belongs to")
+        stages[-1]["params"].append(values)
+
+
+# --------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------
+
+
+def _build_operators(stages: list[dict]) -> list:
+    from operators import create
+
+    ops = []
+    for stage in stages:
+        params = parse_params(stage["params"])
+        ops.append(create(stage["name"], **params))
+    return ops
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from deploy.local import Pipeline
+    from sinks import ConsoleAlarmSink, DeadLetterSink, EvaluationSink, JsonlSink
+    from streams import open_source
+
+    if not getattr(args, "stages", None):
+        raise UserError("replay needs at least one --operator NAME (see `shiftwatch operators`)")
+    ops = _build_operators(args.stages)  # validate before opening anything
+    source = open_source(args.source, **parse_params(args.source_opt, "--source-opt"))
+    annotations = getattr(source, "annotations", None)
+    if args.labels:
+        annotations = load_labels(args.labels, getattr(source, "name", None))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    op_label = " -> ".join(s["name"] for s in args.stages)
+    evaluation = EvaluationSink(out, annotations=annotations,
+                                name=getattr(source, "name", args.source), operator=op_label,
+                                plots=not args.no_plots)
+    sinks = [JsonlSink(out / "outputs.jsonl"), evaluation]
+    if not args.quiet:
+        sinks.append(ConsoleAlarmSink(stream=sys.stdout, max_rows=args.max_rows))
+    dead = DeadLetterSink(out / "dead_letters.jsonl")
+    summary = Pipeline(source, ops, sinks, dead_letters=dead, batch_size=args.batch_size,
+                       speed=args.speed, progress=not args.no_progress).run()
+    print(summary.line())
+    if summary.dead_letters:
+        reasons = ", ".join(f"{n} x {r}" for r, n in sorted(
+            summary.dead_letter_reasons.items(), key=lambda kv: -kv[1]))
+        print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
+    _print_scores(getattr(evaluation, "report", None) or {})
+    print(f"wrote {out / 'outputs.jsonl'}, {out / 'report.json'}"
+          + ("" if args.no_plots else f", {out}/*.png"))
+    return 130 if summary.interrupted else 0
+
+
+def _print_scores(report: dict) -> None:
+    agg = report.get("summary") or {}
+    keys = [k for k in ("f1", "precision", "recall", "covering", "mean_delay", "false_alarms",
+                        "missed", "accuracy") if agg.get(k) is not None]
+    if keys:
+        print("scores: " + ", ".join(
+            f"{k} {agg[k]:.3f}" if isinstance(agg[k], float) else f"{k} {agg[k]}" for k in keys))
+
+
+def cmd_operators(args: argparse.Namespace) -> int:
+    from operators import list_operators
+
+    infos = list_operators()
+    if args.json:
+        print(json.dumps([{"name": i.name, "summary": i.summary, "input": i.input_kind,
+                           "params": {k: _jsonable(v) for k, v in i.params.items()}}
+                          for i in infos], indent=2))
+        return 0
+    for info in infos:
+        params = ", ".join(f"{k}={v!r}" if v != "required" else f"{k} (required)"
+                           for k, v in info.params.items())
+        print(f"{info.name:<22} {info.summary}")
+        if info.input_kind:
+            print(f"{'':<22} input: {info.input_kind}")
+        print(f"{'':<22} params: {params or '(none)'}")
+    return 0
+
+
+def _jsonable(v: Any) -> Any:
+    try:
+        json.dumps(v)
+        return v
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def cmd_sources(args: argparse.Namespace) -> int:
+    from streams import list_sources
+
+    for line in list_sources():
+        print(line)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from deploy.demo import run_demo
+
+    return run_demo(out_dir=Path(args.out), datasets=args.dataset or None,
+                    detectors=args.detector or None, plots=not args.no_plots)
+
+
+# --------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="shiftwatch",
+        description="Change detectors and continual learners as stream operators: "
+                    "replay logs locally, run as Kafka consumer groups.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("replay", help="replay a log or data set through operators, "
+                       "write outputs and an evaluation report")
+    r.add_argument("source", help="a .csv/.jsonl file, river:NAME or synth:NAME "
+                   "(see `shiftwatch sources`)")
+    r.add_argument("--operator", action=_OperatorAction, metavar="NAME",
+                   help="operator to apply (repeat to chain; see `shiftwatch operators`)")
+    r.add_argument("--param", action=_ParamAction, metavar="K=V",
+                   help="parameter of the preceding --operator (repeatable)")
+    r.add_argument("--source-opt", action="append", metavar="K=V",
+                   help="source option, e.g. value=temp, key=sensor, ts=time, n=2000")
+    r.add_argument("--labels", help="true change points: '120,480' or a JSON file")
+    r.add_argument("--out", required=True, help="output directory")
+    r.add_argument("--speed", type=float, default=None,
+                   help="replay at real time x SPEED from ts (default: as fast as possible)")
+    r.add_argument("--batch-size", type=int, default=1000)
+    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--no-plots", action="store_true")
+    r.add_argument("--quiet", action="store_true", help="do not print the alarm table")
+    r.add_argument("--max-rows", type=int, default=20, help="rows of the alarm table")
+    r.set_defaults(func=cmd_replay, stages=None)
+
+    d = sub.add_parser("demo", help="replay River's real change-point series through several "
+                       "detectors side by side (no broker)")
+    d.add_argument("--out", default="shiftwatch-demo", help="output directory")
+    d.add_argument("--dataset", action="append", help="river drift dataset (repeatable)")
+    d.add_argument("--detector", action="append", help="operator name (repeatable)")
+    d.add_argument("--no-plots", action="store_true")
+    d.set_defaults(func=cmd_demo)
+
+    o = sub.add_parser("operators", help="list operators with their parameters")
+    o.add_argument("--json", action="store_true")
+    o.set_defaults(func=cmd_operators)
+
+    s = sub.add_parser("sources", help="list source kinds and shipped data sets")
+    s.set_defaults(func=cmd_sources)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.debug or os.environ.get("SHIFTWATCH_DEBUG"):
+        return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("shiftwatch: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, ValueError, OSError, yaml.YAMLError) as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, FileNotFoundError) and exc.filename:
+            msg = f"no such file: {exc.filename}"
+        print(f"shiftwatch: error: {msg}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # a bug, not a user error: still one line, and how to see more
+        print(f"shiftwatch: internal error: {type(exc).__name__}: {exc} "
+              "(rerun with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

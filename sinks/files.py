@@ -1,0 +1,462 @@
+"""Sinks that write records to files, the console, memory, and the dead-letter file.
+
+Every sink here turns NumPy scalars and arrays into plain JSON values (see :func:`jsonable`),
+so operator outputs that carry ``np.float64`` or ``np.ndarray`` fields serialise as they are.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+import numpy as np
+
+from operators.base import DeadLetter
+from sinks.base import Sink
+
+__all__ = [
+    "jsonable",
+    "JsonlSink",
+    "CsvSink",
+    "ConsoleAlarmSink",
+    "MemorySink",
+    "DeadLetterSink",
+]
+
+
+def jsonable(obj: Any) -> Any:
+    """Return ``obj`` as plain JSON values: NumPy types converted, NaN and infinities as None.
+
+    Tuples and arrays become lists, mapping keys become strings, dead letters become their
+    record, and anything else unknown becomes its ``repr``. The result always passes
+    ``json.dumps(..., allow_nan=False)``.
+
+    Examples
+    --------
+    >>> jsonable({"x": np.float32(0.5), "v": np.arange(3), "s": float("nan"), 1: (True,)})
+    {'x': 0.5, 'v': [0, 1, 2], 's': None, '1': [True]}
+    """
+    if obj is None or isinstance(obj, (str, bool)):
+        return obj
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        return x if math.isfinite(x) else None
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, Mapping):
+        return {(k if isinstance(k, str) else _key_text(k)): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, DeadLetter):
+        return jsonable(obj.to_record())
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj).decode("utf-8", errors="replace")
+    if isinstance(obj, np.generic):
+        return jsonable(obj.item())
+    return repr(obj)
+
+
+def _key_text(key: Any) -> str:
+    # Record keys may be ints or (from JSON) lists; reports index by a stable string.
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (tuple, list)):
+        return json.dumps(jsonable(key))
+    return str(jsonable(key))
+
+
+def _dumps(record: Any) -> str:
+    return json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False)
+
+
+def _make_parent(path: str | os.PathLike) -> None:
+    parent = os.path.dirname(os.fspath(path))
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+
+
+class JsonlSink(Sink):
+    """Write each output record as one JSON object per line.
+
+    Parameters
+    ----------
+    path
+        The file to write; its parent directories are created. An existing file is
+        replaced, unless ``append`` is true.
+    append
+        Append to an existing file instead of replacing it.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "out" / "alarms.jsonl"
+    >>> sink = JsonlSink(path)
+    >>> sink.open()
+    >>> sink.write([{"key": "a", "offset": 3, "statistic": np.float64(2.5), "alarm": True}])
+    >>> sink.close()
+    >>> print(path.read_text(), end="")
+    {"key":"a","offset":3,"statistic":2.5,"alarm":true}
+    """
+
+    def __init__(self, path: str | os.PathLike, append: bool = False):
+        self.path = path
+        self.append = append
+        self._file: IO[str] | None = None
+        self._count = 0
+
+    def open(self) -> None:
+        """Create the parent directories and open the file. May raise ``OSError``."""
+        if self._file is None:
+            _make_parent(self.path)
+            self._file = open(self.path, "a" if self.append else "w", encoding="utf-8")
+
+    def write(self, records: Sequence[dict]) -> None:
+        """Append ``records``, one JSON line each (buffered until :meth:`flush`)."""
+        if self._file is None:
+            self.open()
+        assert self._file is not None
+        self._file.writelines(_dumps(r) + "\n" for r in records)
+        self._count += len(records)
+
+    def flush(self) -> None:
+        """Flush the file buffer to the operating system."""
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the file; a second call does nothing."""
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.flush()
+            finally:
+                file.close()
+
+    def summary(self) -> dict:
+        return {"path": os.fspath(self.path), "records": self._count}
+
+
+class CsvSink(Sink):
+    """Write output records as CSV rows.
+
+    Parameters
+    ----------
+    path
+        The file to write (replaced); parent directories are created.
+    fields
+        The columns. ``None`` takes the fields of the first record, in its order. Fields a
+        record lacks are written empty; fields not among the columns are dropped (their
+        names are listed in :meth:`summary`).
+
+    Notes
+    -----
+    Lists, arrays and mappings are written as JSON text in their cell, booleans as
+    ``true``/``false``, None and non-finite numbers as an empty cell.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "out.csv"
+    >>> sink = CsvSink(path)
+    >>> sink.open()
+    >>> sink.write([{"key": "a", "offset": 0, "value": np.array([1.0, 2.0]), "alarm": False},
+    ...             {"key": "a", "offset": 1, "value": [3.0, 4.5], "alarm": True, "x": 1}])
+    >>> sink.close()
+    >>> print(path.read_text(), end="")
+    key,offset,value,alarm
+    a,0,"[1.0,2.0]",false
+    a,1,"[3.0,4.5]",true
+    >>> sink.summary()["dropped_fields"]
+    ['x']
+    """
+
+    def __init__(self, path: str | os.PathLike, fields: Sequence[str] | None = None):
+        self.path = path
+        self.fields = fields
+        self._file: IO[str] | None = None
+        self._writer: Any = None
+        self._columns: list[str] | None = list(fields) if fields is not None else None
+        self._dropped: set[str] = set()
+        self._count = 0
+
+    def open(self) -> None:
+        """Create the parent directories and open the file. May raise ``OSError``."""
+        if self._file is None:
+            _make_parent(self.path)
+            self._file = open(self.path, "w", encoding="utf-8", newline="")
+            self._writer = csv.writer(self._file, lineterminator="\n")
+            if self._columns is not None:
+                self._writer.writerow(self._columns)
+
+    def write(self, records: Sequence[dict]) -> None:
+        """Append one row per record; the first record fixes the columns if none were given."""
+        if self._file is None:
+            self.open()
+        for record in records:
+            if not isinstance(record, Mapping):
+                record = jsonable(record)
+                if not isinstance(record, Mapping):
+                    record = {"value": record}
+            if self._columns is None:
+                self._columns = [str(k) for k in record]
+                self._writer.writerow(self._columns)
+            extra = set(map(str, record)) - set(self._columns)
+            if extra:
+                self._dropped |= extra
+            self._writer.writerow([_cell(record.get(c)) for c in self._columns])
+            self._count += 1
+
+    def flush(self) -> None:
+        """Flush the file buffer to the operating system."""
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the file; a second call does nothing."""
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.flush()
+            finally:
+                file.close()
+
+    def summary(self) -> dict:
+        return {"path": os.fspath(self.path), "records": self._count,
+                "dropped_fields": sorted(self._dropped)}
+
+
+def _cell(value: Any) -> str:
+    value = jsonable(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return str(value)
+
+
+class ConsoleAlarmSink(Sink):
+    """Collect the alarms (records whose ``alarm`` is truthy) and print a table at close.
+
+    Parameters
+    ----------
+    stream
+        Where to print; ``None`` means ``sys.stdout`` as it is at close time.
+    max_rows
+        At most this many alarms are listed (the first ones); the count covers all.
+
+    Examples
+    --------
+    >>> sink = ConsoleAlarmSink()
+    >>> sink.write([{"key": "s1", "offset": 4, "ts": 4.0, "alarm": False, "statistic": 0.1},
+    ...             {"key": "s1", "offset": 120, "ts": 120.0, "alarm": True, "statistic": 3.25},
+    ...             {"key": "sensor-2", "offset": 7, "ts": None, "alarm": True}])
+    >>> sink.close()
+    key       offset  ts     statistic
+    s1           120  120.0  3.25
+    sensor-2       7  -      -
+    2 alarms
+    """
+
+    def __init__(self, stream: IO[str] | None = None, max_rows: int = 50):
+        if not isinstance(max_rows, int) or max_rows < 0:
+            raise ValueError(f"max_rows must be an integer >= 0, got {max_rows!r}")
+        self.stream = stream
+        self.max_rows = max_rows
+        self._rows: list[tuple[str, str, str, str]] = []
+        self._count = 0
+        self._printed = False
+
+    def write(self, records: Sequence[dict]) -> None:
+        """Keep the alarm records (the first ``max_rows`` of them) and count them all."""
+        for record in records:
+            if not isinstance(record, Mapping) or not record.get("alarm"):
+                continue
+            self._count += 1
+            if len(self._rows) < self.max_rows:
+                self._rows.append((_text(record.get("key")), _text(record.get("offset")),
+                                   _text(record.get("ts"), True),
+                                   _text(record.get("statistic"))))
+
+    def close(self) -> None:
+        """Print the table and the count (once)."""
+        if self._printed:
+            return
+        self._printed = True
+        out = self.stream if self.stream is not None else sys.stdout
+        out.write(self.table() + "\n")
+        out.flush()
+
+    def table(self) -> str:
+        """The text printed at close."""
+        lines = []
+        if self._rows:
+            header = ("key", "offset", "ts", "statistic")
+            widths = [max(len(header[c]), *(len(r[c]) for r in self._rows)) for c in range(4)]
+            right = (False, True, False, False)  # offsets line up as numbers
+
+            def fmt(row: Sequence[str]) -> str:
+                cells = [s.rjust(w) if r else s.ljust(w) for s, w, r in zip(row, widths, right)]
+                return "  ".join(cells).rstrip()
+
+            lines.append(fmt(header))
+            lines.extend(fmt(r) for r in self._rows)
+            if self._count > len(self._rows):
+                lines.append(f"... {self._count - len(self._rows)} more")
+        lines.append(f"{self._count} alarm{'' if self._count == 1 else 's'}")
+        return "\n".join(lines)
+
+    def summary(self) -> dict:
+        return {"alarms": self._count}
+
+
+def _text(value: Any, exact: bool = False) -> str:
+    value = jsonable(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        # Timestamps are shown exactly; statistics to six significant digits.
+        return repr(value) if exact else f"{value:.6g}"
+    return str(value) if not isinstance(value, (list, dict)) else json.dumps(value)
+
+
+class MemorySink(Sink):
+    """Keep the output records in the list ``records`` (for tests and notebooks).
+
+    Parameters
+    ----------
+    keep_inputs
+        Also receive the input records (``wants_inputs``), into the list ``inputs``.
+
+    Examples
+    --------
+    >>> sink = MemorySink()
+    >>> sink.open(); sink.write([{"key": "a", "alarm": False}]); sink.close()
+    >>> sink.records, sink.closed
+    ([{'key': 'a', 'alarm': False}], True)
+    """
+
+    def __init__(self, keep_inputs: bool = False):
+        self.keep_inputs = keep_inputs
+        self.wants_inputs = bool(keep_inputs)
+        self.records: list[dict] = []
+        self.inputs: list[dict] = []
+        self.opened = False
+        self.closed = False
+        self.flushes = 0
+
+    def open(self) -> None:
+        self.opened = True
+
+    def write(self, records: Sequence[dict]) -> None:
+        self.records.extend(records)
+
+    def write_inputs(self, records: Sequence[dict]) -> None:
+        self.inputs.extend(records)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+    def summary(self) -> dict:
+        return {"records": len(self.records)}
+
+
+class DeadLetterSink(Sink):
+    """Receive dead letters: write them as JSON lines to ``path``, or keep them in memory.
+
+    ``write`` accepts :class:`~operators.base.DeadLetter` objects and dead letters already
+    turned into records (``DeadLetter.to_record()`` dicts).
+
+    Parameters
+    ----------
+    path
+        The JSONL file (replaced; parent directories created). ``None`` keeps the dead-letter
+        records in the list ``records``.
+
+    Attributes
+    ----------
+    count
+        The number of dead letters received.
+    by_reason
+        A :class:`collections.Counter` of the ``reason`` strings.
+
+    Examples
+    --------
+    >>> sink = DeadLetterSink()
+    >>> sink.write([DeadLetter(raw="1,abc", reason="value is not a number",
+    ...                        origin={"file": "x.csv", "line": 3}),
+    ...             {"dead_letter": True, "reason": "value is not a number", "raw": "2,?"},
+    ...             DeadLetter(raw=b"{", reason="invalid JSON")])
+    >>> sink.count, sink.by_reason.most_common(1), sink.records[2]["raw"]
+    (3, [('value is not a number', 2)], '{')
+    >>> sink.summary()
+    {'dead_letters': 3, 'by_reason': {'value is not a number': 2, 'invalid JSON': 1}}
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = path
+        self.records: list[dict] = []
+        self.count = 0
+        self.by_reason: Counter[str] = Counter()
+        self._file: IO[str] | None = None
+
+    def open(self) -> None:
+        """Open the file if a path was given. May raise ``OSError``."""
+        if self.path is not None and self._file is None:
+            _make_parent(self.path)
+            self._file = open(self.path, "w", encoding="utf-8")
+
+    def write(self, records: Sequence[DeadLetter | dict]) -> None:
+        """Record each dead letter and count it by reason."""
+        if self.path is not None and self._file is None:
+            self.open()
+        for item in records:
+            if isinstance(item, DeadLetter):
+                record = item.to_record()
+            elif isinstance(item, Mapping):
+                record = dict(item)
+                record.setdefault("dead_letter", True)
+                record.setdefault("reason", "unknown")
+            else:
+                record = DeadLetter(raw=item, reason="unknown").to_record()
+            record = jsonable(record)
+            self.count += 1
+            self.by_reason[str(record.get("reason"))] += 1
+            if self._file is not None:
+                self._file.write(_dumps(record) + "\n")
+            else:
+                self.records.append(record)
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.flush()
+            finally:
+                file.close()
+
+    def summary(self, top: int = 10) -> dict:
+        """The count, the ``top`` most common reasons, and the path if any."""
+        out: dict[str, Any] = {"dead_letters": self.count,
+                               "by_reason": dict(self.by_reason.most_common(top))}
+        if self.path is not None:
+            out["path"] = os.fspath(self.path)
+        return out

@@ -1,0 +1,425 @@
+"""Sources reading log files: CSV (with a header row) and JSON Lines, plain or gzipped.
+
+Both sources map named columns (fields) to the record fields ``key``, ``ts``, ``value``, ``y``
+and ``task``. A line that cannot be turned into a record becomes a
+:class:`~operators.base.DeadLetter` whose origin is ``{"file": path, "line": n}`` (``n`` the
+physical, 1-based line number, the header being line 1 of a CSV file), and reading goes on.
+
+Conventions shared by both sources:
+
+* ``key`` is ``None`` unless a key column is named (the file name is in ``source.name``).
+* ``ts`` is the named column as float seconds, or with ``ts_format`` a date
+  (``"iso"`` for ISO 8601, otherwise a :func:`time.strptime` format) turned into epoch
+  seconds, naive dates being read as UTC. Without a ts column, ``ts`` is the 0-based index
+  of the record among the records yielded so far (dead letters are not counted).
+* ``value`` is one column (a scalar) or a list of columns (a vector, in the order given).
+* ``y`` and ``task`` are copied when named: JSON values as they are; CSV text as an ``int``
+  or ``float`` when it reads as one, else as the string; an empty CSV cell gives ``None``.
+* Records carry no ``offset``: the runner numbers them.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from operators.base import BadInput, DeadLetter, as_array, as_scalar, get_field
+from streams.base import Source
+
+__all__ = ["CsvSource", "JsonlSource"]
+
+
+# --------------------------------------------------------------------------------------
+# Helpers shared by both sources
+# --------------------------------------------------------------------------------------
+
+
+def _check_path(path: str | os.PathLike) -> str:
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"source file not found: {p!r}")
+    if os.path.isdir(p):
+        raise ValueError(f"source path is a directory, not a file: {p!r}")
+    return p
+
+
+def _open_text(path: str) -> io.TextIOBase:
+    # utf-8-sig drops a byte-order mark; a few undecodable bytes must not stop a replay.
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
+    return open(path, encoding="utf-8-sig", errors="replace", newline="")
+
+
+def _stem(path: str) -> str:
+    base = os.path.basename(path)
+    for suffix in (".gz",):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return os.path.splitext(base)[0]
+
+
+def _normalise_value_spec(value: str | Sequence[str], what: str = "value") -> list[str]:
+    if isinstance(value, str):
+        if not value:
+            raise ValueError(f"{what} must name a column, got ''")
+        return [value]
+    cols = list(value)
+    if not cols or not all(isinstance(c, str) and c for c in cols):
+        raise ValueError(f"{what} must be a column name or a non-empty list of column names, "
+                         f"got {value!r}")
+    return cols
+
+
+def _normalise_annotations(annotations: Any) -> dict[str, list[int]] | None:
+    if annotations is None:
+        return None
+    if isinstance(annotations, Mapping):
+        items = {str(k): v for k, v in annotations.items()}
+    else:
+        items = {"truth": annotations}
+    out: dict[str, list[int]] = {}
+    for k, idx in items.items():
+        try:
+            pts = [int(i) for i in idx]
+        except (TypeError, ValueError):
+            raise ValueError("annotations must be a list of indices or {annotator: [indices]}, "
+                             f"got {annotations!r}") from None
+        if any(i < 0 for i in pts):
+            raise ValueError(f"annotations must be 0-based indices >= 0, got {pts}")
+        out[k] = sorted(pts)
+    return out
+
+
+def parse_ts(raw: Any, ts_format: str | None) -> float:
+    """Turn a ts field into epoch seconds (float). Raises :class:`BadInput`.
+
+    >>> parse_ts("2024-01-01T00:00:10", "iso")
+    1704067210.0
+    >>> parse_ts("12.5", None)
+    12.5
+    """
+    if ts_format is None:
+        if raw is None or raw == "":
+            raise BadInput("ts is empty")
+        try:
+            return as_scalar(raw, "ts")
+        except BadInput as exc:
+            raise BadInput(f"{exc} (give ts_format to parse dates)") from None
+    if not isinstance(raw, str) or not raw.strip():
+        raise BadInput(f"ts {raw!r} is not a date string")
+    text = raw.strip()
+    try:
+        if ts_format == "iso":
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z")
+                                        else text)
+        else:
+            dt = datetime.strptime(text, ts_format)
+    except ValueError:
+        raise BadInput(f"ts {raw!r} does not match format {ts_format!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def _label(text: str) -> Any:
+    """CSV text of a label: int, float, the string, or None when empty."""
+    text = text.strip()
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        x = float(text)
+    except ValueError:
+        return text
+    return x if math.isfinite(x) else text
+
+
+class _FileSource(Source):
+    """What CsvSource and JsonlSource share: path checks, annotations, close()."""
+
+    def _init_common(self, annotations: Any) -> None:
+        self.name = _stem(self.path)
+        self.annotations = _normalise_annotations(annotations)
+        self.length = None
+        self._columns = _normalise_value_spec(self.value)
+        self._vector = not isinstance(self.value, str)
+        self._open: list[Iterator] = []
+        if self.ts_format is not None and not isinstance(self.ts_format, str):
+            raise ValueError(f"ts_format must be 'iso', a strptime format or None, "
+                             f"got {self.ts_format!r}")
+
+    @property
+    def columns(self) -> list[str]:
+        """The value columns, in the order of the vector."""
+        return list(self._columns)
+
+    def _dead(self, raw: str, reason: str, line: int) -> DeadLetter:
+        return DeadLetter(raw=raw, reason=reason, origin={"file": self.path, "line": line})
+
+    def __iter__(self) -> Iterator[dict | DeadLetter]:
+        it = self._iter()
+        self._open.append(it)
+        return it
+
+    def _iter(self) -> Iterator[dict | DeadLetter]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the files of iterations still open. Called by the runner in ``finally``."""
+        while self._open:
+            self._open.pop().close()  # a generator's close() runs its ``with`` exit
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r}, value={self.value!r})"
+
+
+# --------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------
+
+
+class CsvSource(_FileSource):
+    """Records from a CSV file with a header row (``.gz`` read transparently).
+
+    Parameters
+    ----------
+    path
+        The file; a name ending in ``.gz`` is decompressed on the fly.
+    value
+        The column holding the value, or a list of columns giving a vector value.
+    key
+        The column holding the record key; without it every key is ``None``.
+    ts
+        The column holding event time; without it ``ts`` is the record's 0-based index.
+    y, task
+        Columns copied to the record's label and task id.
+    delimiter
+        The field separator (``"\\t"`` for TSV).
+    ts_format
+        ``None`` (ts is a number of seconds), ``"iso"``, or a ``strptime`` format.
+    annotations
+        True change points: a list of 0-based record indices, or ``{annotator: [indices]}``.
+
+    Notes
+    -----
+    Each physical line is one row: quoted fields may contain the delimiter but not a line
+    break. Blank lines are skipped. A row with the wrong number of fields, an empty or
+    non-numeric or non-finite value, or a bad ts becomes a dead letter; the header is line 1.
+    A missing file, a missing header, or a header without the named columns raises at
+    construction.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.csv")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write("t,temp\\n0,20.5\\n1,oops\\n2,21.0\\n")
+    >>> for item in CsvSource(path, value="temp", ts="t"):
+    ...     print(item if isinstance(item, dict) else (item.origin["line"], item.reason))
+    {'key': None, 'ts': 0.0, 'value': 20.5}
+    (3, "temp 'oops' is not a number")
+    {'key': None, 'ts': 2.0, 'value': 21.0}
+    """
+
+    def __init__(self, path: str | os.PathLike, value: str | Sequence[str] = "value",
+                 key: str | None = None, ts: str | None = None, y: str | None = None,
+                 task: str | None = None, delimiter: str = ",", ts_format: str | None = None,
+                 annotations: Any = None):
+        self.path = _check_path(path)
+        self.value = value
+        self.key = key
+        self.ts = ts
+        self.y = y
+        self.task = task
+        self.delimiter = delimiter
+        self.ts_format = ts_format
+        if not isinstance(delimiter, str) or len(delimiter) != 1:
+            raise ValueError(f"delimiter must be one character, got {delimiter!r}")
+        self._init_common(annotations)
+        self._header = self._read_header()
+        missing = [c for c in self._wanted() if c not in self._header]
+        if missing:
+            raise ValueError(f"{self.path}: no column {', '.join(map(repr, missing))} in the "
+                             f"header; columns: {', '.join(self._header)}")
+
+    def _wanted(self) -> list[str]:
+        return self._columns + [c for c in (self.key, self.ts, self.y, self.task) if c]
+
+    def _read_header(self) -> list[str]:
+        try:
+            with _open_text(self.path) as f:
+                first = f.readline()
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"cannot read {self.path}: {exc}") from None
+        if not first.strip():
+            raise ValueError(f"{self.path}: empty file or empty first line; a header row is "
+                             "required")
+        return [h.strip() for h in next(csv.reader([first], delimiter=self.delimiter))]
+
+    def _iter(self) -> Iterator[dict | DeadLetter]:
+        header = self._header
+        ncol = len(header)
+        pos = {c: header.index(c) for c in self._wanted()}
+        index = 0
+        with _open_text(self.path) as f:
+            f.readline()
+            for lineno, line in enumerate(f, start=2):
+                text = line.rstrip("\r\n")
+                if not text.strip():
+                    continue
+                try:
+                    fields = next(csv.reader([text], delimiter=self.delimiter))
+                except csv.Error as exc:
+                    yield self._dead(text, f"unparseable CSV: {exc}", lineno)
+                    continue
+                if len(fields) != ncol:
+                    yield self._dead(text, f"expected {ncol} fields, got {len(fields)}", lineno)
+                    continue
+                try:
+                    record = self._record(fields, pos, index)
+                except BadInput as exc:
+                    yield self._dead(text, str(exc), lineno)
+                    continue
+                index += 1
+                yield record
+
+    def _record(self, fields: list[str], pos: dict[str, int], index: int) -> dict:
+        vals = []
+        for c in self._columns:
+            raw = fields[pos[c]].strip()
+            if raw == "":
+                raise BadInput(f"{c} is empty")
+            vals.append(as_scalar(raw, c))
+        record: dict[str, Any] = {
+            "key": fields[pos[self.key]] if self.key else None,
+            "ts": parse_ts(fields[pos[self.ts]], self.ts_format) if self.ts else float(index),
+            "value": vals if self._vector else vals[0],
+        }
+        if self.y:
+            record["y"] = _label(fields[pos[self.y]])
+        if self.task:
+            record["task"] = _label(fields[pos[self.task]])
+        return record
+
+
+# --------------------------------------------------------------------------------------
+# JSON Lines
+# --------------------------------------------------------------------------------------
+
+
+class JsonlSource(_FileSource):
+    """Records from a JSON Lines file, one JSON object per line (``.gz`` read transparently).
+
+    Parameters
+    ----------
+    path
+        The file; a name ending in ``.gz`` is decompressed on the fly.
+    value
+        The field holding the value, or a list of fields giving a vector value. Fields may be
+        dotted paths into nested objects (``"meta.temp"``). A single field may itself hold a
+        number, a list (vector) or a nested list (matrix) of finite numbers.
+    key, ts, y, task
+        Fields (dotted paths allowed) for the key, event time, label and task id.
+    ts_format
+        ``None`` (ts is a number of seconds), ``"iso"``, or a ``strptime`` format.
+    annotations
+        True change points: a list of 0-based record indices, or ``{annotator: [indices]}``.
+
+    Notes
+    -----
+    Blank lines are skipped. Invalid JSON, a line that is not an object, a missing field, a
+    non-numeric or non-finite value, or a bad ts becomes a dead letter with the line number.
+    A named ``key``/``y``/``task`` field that is absent gives ``None`` rather than a dead
+    letter; ``value`` and ``ts`` must be present.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.jsonl")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write('{"id": "a", "m": {"x": 1, "y": 2}}\\n{oops\\n{"id": "b", "m": {"x": 3}}\\n')
+    >>> for item in JsonlSource(path, value=["m.x", "m.y"], key="id"):
+    ...     print(item if isinstance(item, dict) else (item.origin["line"], item.reason))
+    {'key': 'a', 'ts': 0.0, 'value': [1.0, 2.0]}
+    (2, 'invalid JSON: Expecting property name enclosed in double quotes at column 2')
+    (3, "record has no field 'm.y'")
+    """
+
+    def __init__(self, path: str | os.PathLike, value: str | Sequence[str] = "value",
+                 key: str | None = None, ts: str | None = None, y: str | None = None,
+                 task: str | None = None, ts_format: str | None = None,
+                 annotations: Any = None):
+        self.path = _check_path(path)
+        self.value = value
+        self.key = key
+        self.ts = ts
+        self.y = y
+        self.task = task
+        self.ts_format = ts_format
+        self._init_common(annotations)
+        try:
+            with _open_text(self.path) as f:
+                f.read(1)
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"cannot read {self.path}: {exc}") from None
+
+    def _iter(self) -> Iterator[dict | DeadLetter]:
+        index = 0
+        with _open_text(self.path) as f:
+            for lineno, line in enumerate(f, start=1):
+                text = line.rstrip("\r\n")
+                if not text.strip():
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    yield self._dead(text, f"invalid JSON: {exc.msg} at column {exc.colno}",
+                                     lineno)
+                    continue
+                if not isinstance(obj, dict):
+                    yield self._dead(text, f"line is a JSON {type(obj).__name__}, not an object",
+                                     lineno)
+                    continue
+                try:
+                    record = self._record(obj, index)
+                except BadInput as exc:
+                    yield self._dead(text, str(exc), lineno)
+                    continue
+                index += 1
+                yield record
+
+    def _record(self, obj: dict, index: int) -> dict:
+        if self._vector:
+            value: Any = [as_scalar(get_field(obj, c), c) for c in self._columns]
+        else:
+            raw = get_field(obj, self._columns[0])
+            if isinstance(raw, list):
+                value = as_array(raw, name=self._columns[0]).tolist()
+            else:
+                value = as_scalar(raw, self._columns[0])
+        record: dict[str, Any] = {
+            "key": _json_key(get_field(obj, self.key, None)) if self.key else None,
+            "ts": parse_ts(get_field(obj, self.ts), self.ts_format) if self.ts else float(index),
+            "value": value,
+        }
+        if self.y:
+            record["y"] = get_field(obj, self.y, None)
+        if self.task:
+            record["task"] = get_field(obj, self.task, None)
+        return record
+
+
+def _json_key(key: Any) -> Any:
+    if isinstance(key, (dict,)):
+        raise BadInput("key is an object; keys must be strings, numbers or lists")
+    return key
