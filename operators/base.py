@@ -138,17 +138,26 @@ def as_scalar(value: Any, name: str = "value") -> float:
     ...
     operators.base.BadInput: value is not finite: nan
     """
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return float(value)
     if isinstance(value, numbers.Real):
-        x = float(value)
+        try:
+            x = float(value)
+        except OverflowError:
+            raise BadInput(f"{name} is too large for a float") from None
     elif isinstance(value, str):
         try:
             x = float(value)
         except ValueError:
-            raise BadInput(f"{name} {value!r} is not a number") from None
-    elif isinstance(value, (list, tuple, np.ndarray)) and np.size(value) == 1:
-        return as_scalar(np.asarray(value).reshape(-1)[0].item(), name)
+            raise BadInput(f"{name} {value[:40]!r} is not a number") from None
+    elif isinstance(value, (list, tuple, np.ndarray)):
+        try:
+            arr = np.asarray(value, dtype=object)
+        except ValueError:  # ragged nesting
+            raise BadInput(f"{name} is a ragged nested list, expected a number") from None
+        if arr.size != 1:
+            raise BadInput(f"{name} has shape {arr.shape}, expected a number")
+        return as_scalar(arr.reshape(-1)[0], name)
     else:
         raise BadInput(f"{name} must be a number, got {type(value).__name__}")
     if not math.isfinite(x):
@@ -171,12 +180,13 @@ def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
     """
     try:
         arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise BadInput(f"{name} is not a numeric array") from None
     if ndim is not None and arr.ndim != ndim:
         raise BadInput(f"{name} has {arr.ndim} dimensions, expected {ndim}")
     if shape is not None:
-        if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
+        if arr.ndim != len(shape) or any(
+                s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)):
             want = tuple("*" if s is None else s for s in shape)
             raise BadInput(f"{name} has shape {arr.shape}, expected {want}".replace("'", ""))
     if not np.all(np.isfinite(arr)):
@@ -192,6 +202,8 @@ _ND = "__ndarray__"
 _TUPLE = "__tuple__"
 _NONSTR_DICT = "__dict_items__"
 _FLOAT = "__float__"
+#: Keys that tag a dict as an encoded value; plain dicts holding one of them are escaped.
+_RESERVED_KEYS: set[str] = {_ND, _TUPLE, _NONSTR_DICT, _FLOAT}
 
 
 def encode_state(obj: Any) -> Any:
@@ -226,8 +238,7 @@ def encode_state(obj: Any) -> Any:
         return {_ND: base64.b64encode(arr.tobytes()).decode("ascii"), "dtype": arr.dtype.str,
                 "shape": list(arr.shape)}
     if isinstance(obj, Mapping):
-        if all(isinstance(k, str) for k in obj) and not any(
-                k in (_ND, _TUPLE, _NONSTR_DICT, _FLOAT) for k in obj):
+        if all(isinstance(k, str) for k in obj) and _RESERVED_KEYS.isdisjoint(obj):
             return {k: encode_state(v) for k, v in obj.items()}
         return {_NONSTR_DICT: [[encode_state(k), encode_state(v)] for k, v in obj.items()]}
     if isinstance(obj, tuple):
@@ -279,9 +290,20 @@ def _hashable(x: Any) -> Any:
 _STATE_EXTENSIONS: list[tuple[Callable[[Any], Any], Callable[[Any], Any]]] = []
 
 
-def register_state_extension(encode: Callable[[Any], Any], decode: Callable[[Any], Any]) -> None:
-    """Teach the state codec a new type (torch tensors, River internals, ...)."""
-    _STATE_EXTENSIONS.append((encode, decode))
+def register_state_extension(encode: Callable[[Any], Any], decode: Callable[[Any], Any],
+                             marker: str | None = None) -> None:
+    """Teach the state codec a new type (torch tensors, River internals, ...).
+
+    ``encode(obj)`` returns a JSON-able value (typically a dict tagged with ``marker``) or
+    ``NotImplemented``; ``decode(d)`` is called on every dict the core codec does not know and
+    returns the value or ``NotImplemented``. Giving ``marker`` (the tag key of the extension's
+    dicts) makes :func:`encode_state` escape plain dicts that happen to hold that key, so they
+    are never mistaken for the extension's values.
+    """
+    if marker is not None:
+        _RESERVED_KEYS.add(marker)
+    if not any(e == encode and d == decode for e, d in _STATE_EXTENSIONS):
+        _STATE_EXTENSIONS.append((encode, decode))
 
 
 def dumps_state(state: Any) -> bytes:
@@ -316,6 +338,9 @@ class Operator:
     * ``input_kind`` — a one-line description of the values it accepts (for ``list``);
     * ``_state_exclude`` — underscore attributes that are configuration, not state.
     """
+
+    # No instance attributes here: a subclass may declare __slots__ to save memory per key.
+    __slots__ = ()
 
     name: ClassVar[str] = ""
     input_kind: ClassVar[str] = "scalar"
@@ -365,7 +390,8 @@ class Operator:
     def _output(record: Mapping, **fields: Any) -> dict:
         """An output record: the input's passthrough fields plus ``fields``."""
         out = {f: record[f] for f in PASSTHROUGH_FIELDS if f in record}
-        out.update(fields)
+        if fields:
+            out.update(fields)
         return out
 
     # ---- parameters -----------------------------------------------------------------
@@ -622,17 +648,59 @@ class Keyed(Operator):
         return len(self._ops)
 
     def process(self, record: Mapping) -> list[dict]:
-        key = record.get("key") if isinstance(record, Mapping) else None
-        return self.get(_key_of(key)).process(record)
+        key = _key_of(record.get("key") if isinstance(record, Mapping) else None)
+        op = self._ops.get(key)
+        if op is not None:
+            return op.process(record)
+        # A new key is kept only once a record for it was accepted: a bad record leaves the
+        # state (including the set of keys) untouched.
+        op = self._new()
+        out = op.process(record)
+        self._ops[key] = op
+        return out
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
         groups: dict[Any, list] = {}
         for record in records:
-            key = record.get("key") if isinstance(record, Mapping) else None
-            groups.setdefault(_key_of(key), []).append(record)
+            if type(record) is dict:  # the common case, without the Mapping ABC check
+                key = record.get("key")
+            else:
+                key = record.get("key") if isinstance(record, Mapping) else None
+            if type(key) is list:
+                key = _key_of(key)
+            try:
+                group = groups.get(key)
+            except TypeError:  # an unhashable key, e.g. a JSON object
+                key = _BAD_KEY
+                group = groups.get(key)
+            if group is None:
+                group = groups[key] = []
+            group.append(record)
         out: list[dict | DeadLetter] = []
+        ops = self._ops
         for key, group in groups.items():
-            out.extend(self.get(key).process_batch(group))
+            if key is _BAD_KEY:
+                out.extend(self._dead_letter(r, BadInput("key is not a string, number or list"))
+                           for r in group)
+                continue
+            op = ops.get(key)
+            if op is not None:
+                if len(group) == 1:
+                    # With many keys most groups hold one record: skip a process_batch call.
+                    try:
+                        out.extend(op.process(group[0]))
+                    except BadInput as exc:
+                        out.append(op._dead_letter(group[0], exc))
+                else:
+                    out.extend(op.process_batch(group))
+                continue
+            op = self._new()
+            res = op.process_batch(group)
+            # Every bad record gives exactly one dead letter: if all were bad, the operator
+            # is still fresh and the key is not kept.
+            if sum(isinstance(r, DeadLetter) for r in res) < len(group):
+                self._ops[key] = op
+            out.extend(res)
         return out
 
     def state_dict(self) -> dict:
@@ -640,6 +708,8 @@ class Keyed(Operator):
                 "keys": {_key_str(k): op.state_dict() for k, op in self._ops.items()}}
 
     def load_state_dict(self, state: Mapping) -> None:
+        if not isinstance(state, Mapping) or "keys" not in state:
+            raise ValueError("Keyed state_dict has no 'keys' entry")
         self._reset()
         for k, s in state["keys"].items():
             op = self._new()
@@ -650,13 +720,19 @@ class Keyed(Operator):
         return {"operator": self.operator}
 
 
+_BAD_KEY = object()
+
+
 def _key_of(key: Any) -> Any:
-    # Keys from JSON may be lists; make them hashable.
-    return tuple(key) if isinstance(key, list) else key
+    # Keys from JSON may be (nested) lists; make them hashable.
+    return tuple(_key_of(k) for k in key) if isinstance(key, list) else key
 
 
 def _key_str(key: Any) -> str:
-    return key if isinstance(key, str) else "\x00json:" + json.dumps(key)
+    # Strings starting with NUL are JSON-encoded too, so they cannot pass for a tagged key.
+    if isinstance(key, str) and not key.startswith("\x00"):
+        return key
+    return "\x00json:" + json.dumps(key)
 
 
 def _key_unstr(s: str) -> Any:

@@ -231,8 +231,11 @@ class CsvSink(Sink):
                 file.close()
 
     def summary(self) -> dict:
-        return {"path": os.fspath(self.path), "records": self._count,
-                "dropped_fields": sorted(self._dropped)}
+        return {
+            "path": os.fspath(self.path),
+            "records": self._count,
+            "dropped_fields": sorted(self._dropped),
+        }
 
 
 def _cell(value: Any) -> str:
@@ -285,9 +288,14 @@ class ConsoleAlarmSink(Sink):
                 continue
             self._count += 1
             if len(self._rows) < self.max_rows:
-                self._rows.append((_text(record.get("key")), _text(record.get("offset")),
-                                   _text(record.get("ts"), True),
-                                   _text(record.get("statistic"))))
+                self._rows.append(
+                    (
+                        _text(record.get("key")),
+                        _text(record.get("offset")),
+                        _text(record.get("ts"), True),
+                        _text(record.get("statistic")),
+                    )
+                )
 
     def close(self) -> None:
         """Print the table and the count (once)."""
@@ -307,7 +315,10 @@ class ConsoleAlarmSink(Sink):
             right = (False, True, False, False)  # offsets line up as numbers
 
             def fmt(row: Sequence[str]) -> str:
-                cells = [s.rjust(w) if r else s.ljust(w) for s, w, r in zip(row, widths, right)]
+                cells = [
+                    s.rjust(w) if r else s.ljust(w)
+                    for s, w, r in zip(row, widths, right, strict=True)
+                ]
                 return "  ".join(cells).rstrip()
 
             lines.append(fmt(header))
@@ -455,8 +466,10 @@ class DeadLetterSink(Sink):
 
     def summary(self, top: int = 10) -> dict:
         """The count, the ``top`` most common reasons, and the path if any."""
-        out: dict[str, Any] = {"dead_letters": self.count,
-                               "by_reason": dict(self.by_reason.most_common(top))}
+        out: dict[str, Any] = {
+            "dead_letters": self.count,
+            "by_reason": dict(self.by_reason.most_common(top)),
+        }
         if self.path is not None:
             out["path"] = os.fspath(self.path)
         return out

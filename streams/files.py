@@ -347,7 +347,8 @@ class JsonlSource(_FileSource):
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "s.jsonl")
     >>> with open(path, "w") as f:
-    ...     _ = f.write('{"id": "a", "m": {"x": 1, "y": 2}}\\n{oops\\n{"id": "b", "m": {"x": 3}}\\n')
+    ...     _ = f.write('{"id": "a", "m": {"x": 1, "y": 2}}\\n{oops\\n')
+    ...     _ = f.write('{"id": "b", "m": {"x": 3}}\\n')
     >>> for item in JsonlSource(path, value=["m.x", "m.y"], key="id"):
     ...     print(item if isinstance(item, dict) else (item.origin["line"], item.reason))
     {'key': 'a', 'ts': 0.0, 'value': [1.0, 2.0]}

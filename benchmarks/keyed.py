@@ -1,0 +1,156 @@
+"""Keyed operators with many keys: throughput and memory per key against a plain River loop.
+
+Run ``python benchmarks/keyed.py`` (``--quick`` for a smoke run). For 10 and 100,000 keys it
+measures
+
+* records/s through ``Keyed.process_batch`` in micro-batches of 1000 records spread uniformly
+  at random over the keys (seeded), after every key has been created;
+* memory per key: the tracemalloc delta of creating every key (one record each) / keys;
+
+for (a) ``river:PageHinkley`` through the River adapter and (b) a minimal operator defined
+here (an EWMA z-score detector), against the peer measured in the same run: a plain
+``dict[key] -> river.drift.PageHinkley`` loop calling ``update`` directly. The table goes to
+stdout; paste it into benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import platform
+import sys
+import time
+import tracemalloc
+from datetime import date
+
+import numpy as np
+import river
+from river import drift
+
+from operators import BadInput, Keyed, Operator, as_scalar, create
+
+BATCH = 1000
+
+
+class EWMAZScore(Operator):
+    """A minimal detector: alarm when ``|x - ewma| > threshold * ewm std``."""
+
+    def __init__(self, alpha: float = 0.05, threshold: float = 4.0):
+        self.alpha = alpha
+        self.threshold = threshold
+        self._reset()
+
+    def _reset(self) -> None:
+        self._mean = 0.0
+        self._var = 1.0
+        self._n = 0
+
+    def process(self, record):
+        try:
+            x = record["value"]
+        except (KeyError, TypeError):
+            raise BadInput("record has no field 'value'") from None
+        if type(x) is not float or x - x != 0.0:
+            x = as_scalar(x)
+        z = (x - self._mean) / math.sqrt(self._var)
+        d = x - self._mean
+        self._mean += self.alpha * d
+        self._var = (1 - self.alpha) * (self._var + self.alpha * d * d)
+        self._n += 1
+        return [self._output(record, alarm=self._n > 10 and abs(z) > self.threshold,
+                             statistic=z)]
+
+
+def make_records(n_keys: int, n_records: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    names = [f"sensor-{k}" for k in range(n_keys)]
+    warm = [{"key": names[k], "ts": 0.0, "value": float(v)}
+            for k, v in zip(rng.permutation(n_keys), rng.normal(size=n_keys), strict=True)]
+    keys = rng.integers(0, n_keys, n_records)
+    values = rng.normal(size=n_records)
+    records = [{"key": names[k], "ts": float(i + 1), "value": float(v)}
+               for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+    return warm, records
+
+
+def measure_keyed(make, warm, records):
+    """(records/s, bytes per key) for a Keyed operator built by ``make``."""
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    keyed = make()
+    for i in range(0, len(warm), BATCH):
+        keyed.process_batch(warm[i:i + BATCH])
+    gc.collect()
+    per_key = (tracemalloc.get_traced_memory()[0] - before) / len(warm)
+    tracemalloc.stop()
+    t0 = time.perf_counter()
+    n_out = 0
+    for i in range(0, len(records), BATCH):
+        n_out += len(keyed.process_batch(records[i:i + BATCH]))
+    dt = time.perf_counter() - t0
+    if n_out != len(records):
+        raise RuntimeError("lost outputs")
+    return len(records) / dt, per_key
+
+
+def measure_peer(warm, records):
+    """A plain dict of River PageHinkley detectors, updated directly."""
+
+    def run(detectors, batch, alarms):
+        for r in batch:
+            det = detectors.get(r["key"])
+            if det is None:
+                det = detectors[r["key"]] = drift.PageHinkley()
+            det.update(r["value"])
+            alarms.append(det.drift_detected)
+
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    detectors: dict = {}
+    for i in range(0, len(warm), BATCH):
+        run(detectors, warm[i:i + BATCH], [])
+    gc.collect()
+    per_key = (tracemalloc.get_traced_memory()[0] - before) / len(warm)
+    tracemalloc.stop()
+    t0 = time.perf_counter()
+    for i in range(0, len(records), BATCH):
+        run(detectors, records[i:i + BATCH], [])
+    dt = time.perf_counter() - t0
+    return len(records) / dt, per_key
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke run")
+    parser.add_argument("--records", type=int, default=300_000)
+    args = parser.parse_args(argv)
+    n_records = 20_000 if args.quick else args.records
+    print(f"date {date.today()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}"
+          f", Python {platform.python_version()}, numpy {np.__version__}, river {river.__version__}")
+    print(f"{n_records} records per measurement, micro-batches of {BATCH}")
+    rows = []
+    for n_keys in (10, 100_000):
+        warm, records = make_records(n_keys, n_records)
+        peer_rate, peer_mem = measure_peer(warm, records)
+        cases = {
+            "river:PageHinkley (adapter)": lambda: Keyed(create("river:PageHinkley")),
+            "EWMA z-score (minimal Operator)": lambda: Keyed(EWMAZScore()),
+        }
+        rows.append((n_keys, "peer: dict -> river PageHinkley.update", peer_rate, peer_mem, 1.0))
+        for label, make in cases.items():
+            rate, mem = measure_keyed(make, warm, records)
+            rows.append((n_keys, label, rate, mem, rate / peer_rate))
+    print()
+    print("| keys | operator | records/s | bytes/key | speed vs peer |")
+    print("| ---: | --- | ---: | ---: | ---: |")
+    for n_keys, label, rate, mem, ratio in rows:
+        print(f"| {n_keys:,} | {label} | {rate:,.0f} | {mem:,.0f} | {ratio:.2f} |")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

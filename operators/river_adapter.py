@@ -1,0 +1,504 @@
+"""River's drift detectors as shiftwatch operators: ``river:ADWIN``, ``river:PageHinkley``, ...
+
+Every detector of :mod:`river.drift` and :mod:`river.drift.binary` is registered under the
+prefix ``river``, so ``create("river:ADWIN", delta=0.01)`` and a pipeline config saying
+``operator: river:ADWIN`` both work, and ``shiftwatch operators`` lists each one with its
+parameters. The state of a detector is written with the restricted object-graph codec of
+:mod:`operators.object_state`: plain JSON, no pickle.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from operators.base import (
+    PASSTHROUGH_FIELDS,
+    BadInput,
+    DeadLetter,
+    Operator,
+    OperatorInfo,
+    as_array,
+    as_scalar,
+    get_field,
+    register_prefix,
+)
+from operators.object_state import decode_object, encode_object
+
+__all__ = ["RiverDetector", "river_detector_names"]
+
+
+def _statistic_adwin(det: Any) -> float:
+    return float(det.estimation)
+
+
+def _statistic_page_hinkley(det: Any) -> float:
+    # The Page-Hinkley test statistic, the quantity compared with ``threshold``.
+    up = det._sum_increase - det._min_increase
+    down = det._max_decrease - det._sum_decrease
+    if det.mode == "up":
+        return float(up)
+    if det.mode == "down":
+        return float(down)
+    return float(max(up, down))
+
+
+def _statistic_kswin(det: Any) -> float | None:
+    # The p-value of the last Kolmogorov-Smirnov test; None until the window first fills.
+    if det.drift_detected or len(det.window) >= det.window_size:
+        return float(det.p_value)
+    return None
+
+
+def _statistic_ddm(det: Any) -> float:
+    # p_i + s_i: the error rate plus its standard deviation, which DDM compares with its minimum.
+    p = det._p.get()
+    return float(p + math.sqrt(p * (1.0 - p) / det._p.n))
+
+
+def _statistic_eddm(det: Any) -> float | None:
+    # p'_i + 2 s'_i: mean distance between errors plus two standard deviations.
+    dist = det._error_distances
+    if dist.mean.n < 1:
+        return None
+    return float(dist.mean.get() + 2.0 * dist.get() ** 0.5)
+
+
+def _statistic_hddm_a(det: Any) -> float:
+    return float(det._z.get())
+
+
+def _statistic_hddm_w(det: Any) -> float:
+    return float(det._total.ewma)
+
+
+#: What ``statistic`` means for each detector (None when a detector exposes no statistic).
+_STATISTICS: dict[str, Callable[[Any], float | None]] = {
+    "ADWIN": _statistic_adwin,
+    "PageHinkley": _statistic_page_hinkley,
+    "KSWIN": _statistic_kswin,
+    "DDM": _statistic_ddm,
+    "EDDM": _statistic_eddm,
+    "HDDMA": _statistic_hddm_a,
+    "HDDMW": _statistic_hddm_w,
+}
+
+_DETECTORS: dict[str, type] = {}
+_CLASSES: dict[str, type[RiverDetector]] = {}
+
+
+def _river_detectors() -> dict[str, type]:
+    """Name -> class of every drift detector exported by river.drift and river.drift.binary."""
+    if not _DETECTORS:
+        from river import base as river_base
+        from river import drift
+        from river.drift import binary
+
+        for module in (drift, binary):
+            for name in module.__all__:
+                cls = getattr(module, name, None)
+                if (isinstance(cls, type) and issubclass(cls, (river_base.DriftDetector,
+                                                        river_base.BinaryDriftDetector))
+                        and not inspect.isabstract(cls)):
+                    _DETECTORS[name] = cls
+    return _DETECTORS
+
+
+def river_detector_names() -> list[str]:
+    """The River detectors the adapter runs, e.g. ``['ADWIN', 'DDM', ...]``.
+
+    >>> river_detector_names()[:4]
+    ['ADWIN', 'DDM', 'DummyDriftDetector', 'EDDM']
+    """
+    return sorted(_river_detectors())
+
+
+def _detector_class(detector: Any) -> type[RiverDetector]:
+    """The RiverDetector subclass bound to one River detector (the ``river:NAME`` factory)."""
+    cls = _CLASSES.get(detector) if isinstance(detector, str) else None
+    if cls is not None:
+        return cls
+    known = _river_detectors()
+    if not isinstance(detector, str) or detector not in known:
+        raise ValueError(f"unknown River detector {detector!r}; River detectors: "
+                         f"{', '.join(sorted(known))}")
+    from river import base as river_base
+
+    river_cls = known[detector]
+    sig = inspect.signature(river_cls.__init__)
+    defaults = {p.name: p.default for p in sig.parameters.values()
+                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    attrs = {
+        "name": f"river:{detector}",
+        "detector_name": detector,
+        "river_class": river_cls,
+        "river_defaults": defaults,
+        "accepted_params": ["field", *defaults],
+        "binary": issubclass(river_cls, river_base.BinaryDriftDetector),
+        "has_warning": hasattr(river_cls, "warning_detected"),
+        "_statistic": staticmethod(_STATISTICS.get(detector, lambda det: None)),
+        "__module__": __name__,
+        "__slots__": (),
+        "__doc__": f"River's ``{detector}`` as a shiftwatch operator (see RiverDetector).",
+    }
+    cls = type(f"River{detector}", (RiverDetector,), attrs)
+    cls.input_kind = ("0/1 or bool (1 = error), scalar or vector" if cls.binary
+                      else "scalar or vector (one detector per coordinate)")
+    _CLASSES[detector] = cls
+    return cls
+
+
+class RiverDetector(Operator):
+    """Any River drift detector as a stream operator.
+
+    ``RiverDetector(detector="ADWIN", delta=0.01)`` and ``create("river:ADWIN", delta=0.01)``
+    build the same operator. It reads ``field`` from each record, updates the detector and
+    emits one output per input with ``alarm`` (the detector's ``drift_detected``),
+    ``statistic`` and, for detectors with a warning zone (DDM, EDDM, HDDMA, HDDMW, ...),
+    ``warning``.
+
+    ``statistic`` is the detector's own summary where it has one: ADWIN's window mean
+    (``estimation``), the Page-Hinkley test statistic (the cumulative sum compared with
+    ``threshold``), KSWIN's last p-value, DDM's ``p + s``, EDDM's ``p' + 2 s'``, HDDMA's
+    running mean and HDDMW's EWMA; ``None`` for the others.
+
+    Parameters
+    ----------
+    detector
+        The River detector's class name: one of :func:`river_detector_names`.
+    field
+        Dotted path of the value in the record.
+    **params
+        The River detector's own keyword parameters, e.g. ``delta`` for ADWIN. Unknown names
+        raise ``ValueError`` listing the allowed ones.
+
+    Notes
+    -----
+    Values are numbers; the binary detectors (``river.drift.binary``: DDM, EDDM, FHDDM, HDDMA,
+    HDDMW) take only 0/1 or booleans, 1 meaning an error. A vector value runs one detector
+    per coordinate and ``alarm`` is true when any coordinate alarms; ``statistic`` is then the
+    list of per-coordinate statistics and ``coordinates`` lists the coordinates that alarmed.
+    The first record fixes whether values are scalars or vectors of a given length; a later
+    record of another shape is rejected with :class:`~operators.base.BadInput`, as are NaN,
+    non-numbers and missing fields, leaving the state unchanged.
+
+    Detectors with a ``seed`` (KSWIN, DummyDriftDetector) are reproducible only when it is
+    given; every coordinate of a vector gets a detector with the same parameters.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from operators import create
+    >>> rng = np.random.default_rng(7)
+    >>> x = np.r_[rng.normal(0, 1, 500), rng.normal(3, 1, 500)]
+    >>> op = create("river:ADWIN", delta=0.002)
+    >>> outs = op.process_batch([{"ts": i, "value": float(v)} for i, v in enumerate(x)])
+    >>> [o["ts"] for o in outs if o["alarm"]]
+    [511]
+    >>> round(outs[-1]["statistic"], 3)
+    2.992
+    """
+
+    # Slots: Keyed holds one of these per key, so every byte counts (see benchmarks/keyed.py).
+    __slots__ = ("detector", "field", "params", "_shape", "_detector", "_detectors")
+
+    input_kind: ClassVar[str] = "scalar or vector (one detector per coordinate)"
+    detector_name: ClassVar[str | None] = None
+    river_class: ClassVar[type | None] = None
+    river_defaults: ClassVar[dict] = {}
+    accepted_params: ClassVar[list[str]] = []
+    binary: ClassVar[bool] = False
+    has_warning: ClassVar[bool] = False
+
+    def __new__(cls, detector: str | None = None, field: str = "value", **params: Any):
+        if cls is RiverDetector:
+            if detector is None:
+                raise ValueError("RiverDetector needs detector=NAME, one of: "
+                                 f"{', '.join(river_detector_names())}")
+            cls = _detector_class(detector)
+        return super().__new__(cls)
+
+    def __init__(self, detector: str | None = None, field: str = "value", **params: Any):
+        self.detector = type(self).detector_name if detector is None else detector
+        self.field = field
+        self.params = params
+        self._validate_params()
+        self._reset()
+
+    # ---- parameters -----------------------------------------------------------------
+
+    def _validate_params(self) -> None:
+        if self.detector != type(self).detector_name:
+            raise ValueError(f"detector must be {type(self).detector_name!r} for {self.name}, "
+                             f"got {self.detector!r}")
+        if not isinstance(self.field, str) or not self.field or "" in self.field.split("."):
+            raise ValueError(f"field must be a dotted path such as 'value', got {self.field!r}")
+        unknown = sorted(set(self.params) - set(self.river_defaults))
+        if unknown:
+            raise ValueError(f"{self.name} has no parameter {', '.join(map(repr, unknown))}; "
+                             f"parameters: {', '.join(self.accepted_params)}")
+        for k, v in self.params.items():
+            _check_param_type(self.name, k, v, self.river_defaults[k])
+        try:
+            self.river_class(**self.params)
+        except (ValueError, TypeError, OverflowError) as exc:
+            msg = " ".join(str(exc).split())
+            raise ValueError(f"{self.name}: {msg}") from None
+
+    def _get_params(self) -> dict:
+        return {"detector": self.detector, "field": self.field, **self.params}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._get_params().items())
+        return f"RiverDetector({args})"
+
+    @classmethod
+    def info(cls) -> OperatorInfo:
+        """Name, summary, parameters with defaults and accepted input (for ``list_operators``)."""
+        doc = inspect.getdoc(cls.river_class) or ""
+        summary = doc.split("\n")[0].replace("[^1]", "").strip()
+        params = {"field": "value"}
+        params.update({k: ("required" if v is inspect.Parameter.empty else v)
+                       for k, v in cls.river_defaults.items()})
+        return OperatorInfo(name=cls.name, summary=f"River: {summary}", params=params,
+                            input_kind=cls.input_kind)
+
+    # ---- state ----------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        # Detectors are created on the first record, which also fixes the value shape:
+        # () for scalars (one detector in _detector), (d,) for vectors (d in _detectors).
+        # Until then a key costs no River object.
+        self._shape: tuple | None = None
+        self._detector: Any = None
+        self._detectors: list | None = None
+
+    def _all_detectors(self) -> list | None:
+        if self._shape is None:
+            return None
+        return [self._detector] if self._shape == () else self._detectors
+
+    def state_dict(self) -> dict:
+        """The shape and the full state of every River detector, as plain JSON values."""
+        dets = self._all_detectors()
+        return {"operator": self.name,
+                "state": {"shape": None if self._shape is None else list(self._shape),
+                          "detectors": None if dets is None
+                          else [encode_object(d) for d in dets]}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a state from :meth:`state_dict` (decoding only allowlisted classes)."""
+        if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping):
+            raise ValueError("state_dict has no 'state' entry")
+        if state.get("operator", self.name) != self.name:
+            raise ValueError(f"state_dict is for operator {state.get('operator')!r}, "
+                             f"not {self.name!r}")
+        inner = state["state"]
+        shape, docs = inner.get("shape"), inner.get("detectors")
+        if shape is None or docs is None:
+            self._reset()
+            return
+        shape = tuple(int(s) for s in shape)
+        detectors = [decode_object(d) for d in docs]
+        n = shape[0] if shape else 1
+        if len(shape) > 1 or len(detectors) != n or not all(
+                type(d) is self.river_class for d in detectors):
+            raise ValueError(f"state_dict does not hold {n} {self.detector} detector(s)")
+        self._reset()
+        self._shape = shape
+        if shape:
+            self._detectors = detectors
+        else:
+            self._detector = detectors[0]
+
+    # ---- processing -----------------------------------------------------------------
+
+    def _read(self, record: Mapping) -> tuple[tuple, Any]:
+        """The record's value as (shape, float or float array); BadInput if unusable."""
+        field = self.field
+        raw = get_field(record, field)
+        if isinstance(raw, (list, tuple, np.ndarray)):
+            value: Any = as_array(raw, ndim=1, name=field)
+            if value.size == 0:
+                raise BadInput(f"{field} is an empty vector")
+            shape: tuple = value.shape
+        else:
+            value = as_scalar(raw, field)
+            shape = ()
+        if self.binary and not np.all((np.asarray(value) == 0.0) | (np.asarray(value) == 1.0)):
+            raise BadInput(f"{self.name} takes 0/1 or booleans (1 = error), got "
+                           f"{str(raw)[:40]}")
+        return shape, value
+
+    def process(self, record: Mapping) -> list[dict]:
+        det = self._detector
+        if det is not None and type(record) is dict and not self.binary and "." not in self.field:
+            # The hot path (a scalar detector already running, a finite float value) skips
+            # the general checks; anything else takes the slow path below.
+            raw = record.get(self.field)
+            if type(raw) is float and raw - raw == 0.0:
+                det.update(raw)
+                out = {f: record[f] for f in PASSTHROUGH_FIELDS if f in record}
+                out["alarm"] = det.drift_detected
+                out["statistic"] = self._statistic(det)
+                if self.has_warning:
+                    out["warning"] = det.warning_detected
+                return [out]
+        shape, value = self._read(record)
+        if self._shape is None:
+            if shape:
+                self._detectors = [self.river_class(**self.params) for _ in range(shape[0])]
+            else:
+                self._detector = self.river_class(**self.params)
+            self._shape = shape
+        elif shape != self._shape:
+            raise BadInput(f"{self.field} has shape {shape}, expected {self._shape} "
+                           "(fixed by the first record)")
+        if not shape:
+            det = self._detector
+            det.update(int(value) if self.binary else value)
+            if self.has_warning:
+                return [self._output(record, alarm=det.drift_detected,
+                                     statistic=self._statistic(det),
+                                     warning=det.warning_detected)]
+            return [self._output(record, alarm=det.drift_detected,
+                                 statistic=self._statistic(det))]
+        dets = self._detectors
+        xs = value.astype(np.int64).tolist() if self.binary else value.tolist()
+        alarmed, stats = [], []
+        for i, (det, x) in enumerate(zip(dets, xs, strict=True)):
+            det.update(x)
+            if det.drift_detected:
+                alarmed.append(i)
+            stats.append(self._statistic(det))
+        fields: dict[str, Any] = {"alarm": bool(alarmed), "statistic": stats,
+                                  "coordinates": alarmed}
+        if self.has_warning:
+            fields["warning"] = any(d.warning_detected for d in dets)
+        return [self._output(record, **fields)]
+
+    def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
+        """Same outputs as :meth:`process` in a loop, with the hot path inlined."""
+        det = self._detector
+        if det is None or self.binary or "." in self.field:
+            return super().process_batch(records)
+        field, statistic, warning = self.field, self._statistic, self.has_warning
+        update = det.update
+        out: list[dict | DeadLetter] = []
+        append = out.append
+        for record in records:
+            if type(record) is dict:
+                raw = record.get(field)
+                if type(raw) is float and raw - raw == 0.0:
+                    update(raw)
+                    o = {}
+                    for f in PASSTHROUGH_FIELDS:
+                        if f in record:
+                            o[f] = record[f]
+                    o["alarm"] = det.drift_detected
+                    o["statistic"] = statistic(det)
+                    if warning:
+                        o["warning"] = det.warning_detected
+                    append(o)
+                    continue
+            try:
+                out.extend(self.process(record))
+            except BadInput as exc:
+                append(self._dead_letter(record, exc))
+        return out
+
+    @staticmethod
+    def _statistic(det: Any) -> float | None:  # replaced per detector by _detector_class
+        return None
+
+    # ---- hooks for the check suite ----------------------------------------------------
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict]:
+        seeded = {"seed": 3} if "seed" in cls.river_defaults else {}
+        yield dict(seeded)
+        yield {**seeded, "field": "meta.x"}  # vectors of length 3 (see _test_stream)
+        extra = _EXTRA_TEST_PARAMS.get(cls.detector_name or "")
+        if extra:
+            yield {**seeded, **extra}
+
+    @classmethod
+    def _test_stream(cls, params: dict, n: int = 300, seed: int = 0) -> list[dict]:
+        rng = np.random.default_rng(seed)
+        field = params.get("field", "value")
+        dim = 3 if field == "meta.x" else None
+        size = (n,) if dim is None else (n, dim)
+        if cls.binary:
+            p = np.where(np.arange(n) < n // 2, 0.1, 0.6)
+            x = (rng.random(size) < (p if dim is None else p[:, None])).astype(int)
+        else:
+            x = rng.normal(0.0, 1.0, size)
+            x[n // 2:] += 3.0
+        records = []
+        for i in range(n):
+            v = int(x[i]) if dim is None and cls.binary else (
+                float(x[i]) if dim is None else x[i].tolist())
+            rec: dict = {"key": "k", "ts": float(i), "offset": i}
+            if field == "meta.x":
+                rec["meta"] = {"x": v, "note": "sensor"}
+            else:
+                rec[field] = v
+            records.append(rec)
+        return records
+
+    @classmethod
+    def _bad_records(cls, params: dict) -> list[dict]:
+        field = params.get("field", "value")
+        vector = field == "meta.x"
+
+        def rec(v: Any) -> dict:
+            return {"key": "k", "meta": {"x": v}} if vector else {"key": "k", field: v}
+
+        bad = [rec(float("nan")), rec("abc"), {"key": "k"}, rec([[1.0, 2.0], [3.0]]),
+               rec([[1.0, 0.0], [0.0, 1.0]]), rec({"a": 1}), rec(None), "not a record"]
+        bad += [rec([1, 0]), rec(1)] if vector else [rec([1.0, 0.0]), rec(float("inf"))]
+        if cls.binary:
+            bad += [rec([0.5, 1, 0]) if vector else rec(0.5), rec([2, 0, 1]) if vector
+                    else rec(2)]
+        return bad
+
+
+_EXTRA_TEST_PARAMS: dict[str, dict] = {
+    "ADWIN": {"delta": 0.01, "clock": 8},
+    "KSWIN": {"alpha": 0.01, "window_size": 60, "stat_size": 20},
+    "PageHinkley": {"threshold": 10.0, "mode": "up", "min_instances": 10},
+    "DummyDriftDetector": {"trigger_method": "random", "t_0": 50, "w": 20},
+    "DDM": {"warm_start": 10},
+    "EDDM": {"warm_start": 10},
+    "FHDDM": {"sliding_window_size": 40, "short_window_size": 10},
+    "HDDMA": {"two_sided_test": True},
+    "HDDMW": {"two_sided_test": True, "lambda_val": 0.1},
+}
+
+
+def _check_param_type(op_name: str, name: str, value: Any, default: Any) -> None:
+    """Reject values River would only trip over later, in ``update``."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{op_name}: {name} must be true or false, got {value!r}")
+    elif isinstance(default, numbers.Real):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"{op_name}: {name} must be a number, got {value!r}")
+        if isinstance(default, int) and not float(value).is_integer():
+            raise ValueError(f"{op_name}: {name} must be an integer, got {value!r}")
+        if math.isnan(value):
+            raise ValueError(f"{op_name}: {name} must be a number, got nan")
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            raise ValueError(f"{op_name}: {name} must be a string, got {value!r}")
+    elif name == "seed" and value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        raise ValueError(f"{op_name}: seed must be an integer or None, got {value!r}")
+
+
+register_prefix("river", _detector_class, river_detector_names)

@@ -1,0 +1,754 @@
+"""The evaluating sink: score a run against labels and annotations, write a report and plots.
+
+Positions: alarms and change points are 0-based positions in each key's own series. The sink
+receives the input records (``wants_inputs``) and maps each output's ``offset`` (the runner's
+global position of its input) to the position of that input among the inputs of the same key.
+Without inputs for a key it counts outputs instead (outputs sharing an offset share a
+position).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sinks.base import Sink
+from sinks.files import _key_text, jsonable
+from sinks.metrics import (
+    accuracy_matrix,
+    average_accuracy,
+    covering,
+    detection_summary,
+    evaluation_triples,
+    f_measure,
+    forgetting,
+    prequential_accuracy,
+)
+
+__all__ = ["EvaluationSink", "evaluate_detector", "merge_change_points"]
+
+#: Output fields the sink keeps (besides every ``y_pred*`` field).
+_KEPT = (
+    "offset",
+    "alarm",
+    "statistic",
+    "threshold",
+    "lower",
+    "upper",
+    "y",
+    "task",
+    "train",
+    "trained_through",
+)
+#: A vector input with more coordinates than this is plotted as its Euclidean norm.
+_MAX_COORDS = 8
+
+
+def merge_change_points(
+    annotations: Mapping[Any, Iterable[int]] | Sequence[int] | None, margin: int = 5
+) -> list[int]:
+    """One list of true change points from several annotators.
+
+    The union of all annotators' points, sorted, where a point at most ``margin`` after the
+    previous kept point is taken as the same change and dropped (annotators rarely agree to
+    the sample). Position 0 is dropped.
+
+    Examples
+    --------
+    >>> merge_change_points({"a": [100, 250], "b": [103, 400], "c": [0]})
+    [100, 250, 400]
+    """
+    if annotations is None:
+        return []
+    sets = annotations.values() if isinstance(annotations, Mapping) else [annotations]
+    kept: list[int] = []
+    for c in sorted({int(c) for s in sets for c in s}):
+        if c > 0 and (not kept or c - kept[-1] > margin):
+            kept.append(c)
+    return kept
+
+
+def evaluate_detector(
+    alarms: Iterable[int],
+    annotations: Mapping[Any, Iterable[int]] | Sequence[int] | None,
+    n: int,
+    margin: int = 5,
+) -> dict:
+    """Score the alarms of one series: TCPD F1 and covering, delays, false alarms, ARL.
+
+    Parameters
+    ----------
+    alarms
+        Alarm positions in the series (0-based).
+    annotations
+        ``{annotator: [change points]}``, one list of change points, or None (unknown).
+    n
+        The length of the series.
+    margin
+        The F1 margin (TCPDBench: 5) and the merge distance of :func:`merge_change_points`.
+
+    Returns
+    -------
+    dict
+        ``n``, ``alarms``, ``n_alarms``, ``f1``, ``precision``, ``recall``, ``covering``
+        (None without annotations), ``margin``, ``change_points`` (the merged truth, inside
+        the series) and ``detection``: :func:`~sinks.metrics.detection_summary` against those
+        change points (its ``average_run_length`` is ``inf`` when there is no false alarm).
+
+    Examples
+    --------
+    >>> r = evaluate_detector([52, 130], {"a": [50], "b": [48, 150]}, n=200)
+    >>> r["precision"], r["recall"]  # P = 2/3 (0 and 52), R = (2/2 + 2/3) / 2
+    (0.6666666666666666, 0.8333333333333333)
+    >>> round(r["f1"], 4), r["change_points"], r["detection"]["delays"]
+    (0.7407, [48, 150], [4, None])
+    >>> evaluate_detector([], None, n=10)["detection"]["average_run_length"]
+    inf
+    """
+    n = int(n)
+    alarm_list = sorted({int(a) for a in alarms})
+    out: dict[str, Any] = {
+        "n": n,
+        "alarms": alarm_list,
+        "n_alarms": len(alarm_list),
+        "f1": None,
+        "precision": None,
+        "recall": None,
+        "covering": None,
+        "margin": margin,
+    }
+    if annotations is not None and not isinstance(annotations, Mapping):
+        annotations = {"0": list(annotations)}
+    if annotations is not None and len(annotations) == 0:
+        annotations = None
+    if annotations is not None and n > 0:
+        f, p, r = f_measure(annotations, alarm_list, margin=margin, return_PR=True)
+        out.update(f1=f, precision=p, recall=r, covering=covering(annotations, alarm_list, n))
+    truth = [c for c in merge_change_points(annotations, margin) if c < n]
+    out["change_points"] = truth
+    out["detection"] = detection_summary(alarm_list, truth, n) if n > 0 else None
+    return out
+
+
+class _KeyTrace:
+    """What the sink keeps of one key: plottable input values and the scored output fields."""
+
+    def __init__(self) -> None:
+        self.input_offsets: list[Any] = []
+        self.values: list[tuple[float, ...]] = []
+        self.value_kind: tuple[str, int] | None = None  # ("scalar"|"coords"|"norm"|"trace", d)
+        self.outputs: list[dict] = []
+
+    def add_input(self, record: Mapping) -> None:
+        self.input_offsets.append(record.get("offset"))
+        self.values.append(self._plot_value(record.get("value")))
+
+    def _plot_value(self, value: Any) -> tuple[float, ...]:
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is None or arr.size == 0:
+            return (math.nan,) * (self.value_kind[1] if self.value_kind else 1)
+        if self.value_kind is None:
+            if arr.ndim == 0 or arr.size == 1:
+                self.value_kind = ("scalar", 1)
+            elif arr.ndim == 1 and arr.size <= _MAX_COORDS:
+                self.value_kind = ("coords", arr.size)
+            elif arr.ndim == 2 and arr.shape[0] == arr.shape[1]:
+                self.value_kind = ("trace", 1)
+            else:
+                self.value_kind = ("norm", 1)
+        kind, d = self.value_kind
+        if kind == "scalar":
+            return (float(arr.reshape(-1)[0]),) if arr.size == 1 else (math.nan,)
+        if kind == "coords":
+            return tuple(arr.tolist()) if arr.shape == (d,) else (math.nan,) * d
+        if kind == "trace":
+            if arr.ndim == 2 and arr.shape[0] == arr.shape[1]:
+                return (float(np.trace(arr)),)
+            return (math.nan,)
+        return (float(np.linalg.norm(arr.reshape(-1))),)
+
+    def value_labels(self) -> list[str]:
+        kind, d = self.value_kind or ("scalar", 1)
+        return {"scalar": ["value"], "trace": ["trace(value)"], "norm": ["|value|"]}.get(
+            kind, [f"value[{i}]" for i in range(d)]
+        )
+
+    def positions(self) -> tuple[list[int | None], int]:
+        """Each output's position in the key's series, and the series length."""
+        if self.input_offsets:
+            where: dict[Any, int] = {}
+            for i, off in enumerate(self.input_offsets):
+                if off is not None:
+                    where.setdefault(off, i)
+            return [where.get(o.get("offset")) for o in self.outputs], len(self.input_offsets)
+        pos: list[int | None] = []
+        last: Any = object()
+        count = -1
+        for o in self.outputs:
+            off = o.get("offset")
+            if off is None or off != last:
+                count += 1
+            last = off
+            pos.append(count)
+        return pos, count + 1
+
+
+class EvaluationSink(Sink):
+    """Score a run at close: write ``report.json`` and plots in ``out_dir``.
+
+    Detector outputs (records with an ``alarm`` field) are scored per key with
+    :func:`evaluate_detector` against the annotations; learner outputs (records with a
+    ``y_pred`` field, also ``y_pred_*`` variants) get prequential accuracy, accuracy per task,
+    the task accuracy matrix (:func:`~sinks.metrics.accuracy_matrix`), forgetting and
+    average accuracy.
+
+    Parameters
+    ----------
+    out_dir
+        The directory for ``report.json``, ``series.png``, ``statistic.png`` and
+        ``accuracy.png`` (created).
+    annotations
+        True change points: ``{annotator: [positions]}`` applied to every key, or
+        ``{key: {annotator: [positions]}}`` per key, or None. Positions are 0-based in each
+        key's series.
+    name
+        The run's name, written in the report.
+    operator
+        The operator (or its description), written in the report as text.
+    plots
+        Write the PNG files.
+    margin
+        The TCPD F1 margin.
+    max_panels
+        At most this many keys are drawn (the first seen).
+
+    Notes
+    -----
+    The report (``self.report`` after :meth:`close`) holds, under ``keys`` (by key as text)
+    and ``aggregate``:
+
+    * ``n_records`` and, for detectors, ``alarms`` (positions, per key) and ``detector``:
+      the output of :func:`evaluate_detector`. Aggregated: F1, precision, recall and
+      covering are the unweighted mean over keys with annotations (as TCPDBench averages
+      over series); delays, false alarms and missed changes are pooled, and the average run
+      length is the pooled no-change samples over the pooled false alarms.
+    * for learners, ``learner``: per prediction field, ``accuracy`` (over labelled outputs),
+      ``accuracy_by_task``, ``accuracy_matrix`` (``tasks``, ``R``, ``counts``),
+      ``forgetting`` and ``average_accuracy``. Aggregated by pooling the keys' outputs, the
+      trained-through task being inferred within each key.
+
+    ``summary`` is a flat block of the headline aggregate numbers: ``records``, ``keys``;
+    ``alarms``, ``f1``, ``precision``, ``recall``, ``covering``, ``mean_delay``,
+    ``false_alarms``, ``missed``, ``average_run_length`` for detectors; ``accuracy``,
+    ``forgetting``, ``average_accuracy`` (of ``y_pred``) for learners.
+
+    Missing or undefined numbers (no annotations, no false alarm so an infinite run length,
+    no labels) are ``null``: the file is strict JSON.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> sink = EvaluationSink(tempfile.mkdtemp(), annotations={"a": [50]}, plots=False)
+    >>> sink.open()
+    >>> sink.write_inputs([{"key": "s", "offset": i, "value": float(i >= 50)}
+    ...                    for i in range(100)])
+    >>> sink.write([{"key": "s", "offset": i, "alarm": i == 53} for i in range(100)])
+    >>> sink.close()
+    >>> det = sink.report["aggregate"]["detector"]
+    >>> det["f1"], det["alarms"], det["detection"]["delays"]
+    (1.0, 1, [3])
+    """
+
+    wants_inputs = True
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        annotations: Mapping | Sequence | None = None,
+        name: str = "run",
+        operator: Any = None,
+        plots: bool = True,
+        margin: int = 5,
+        max_panels: int = 6,
+    ):
+        if not isinstance(margin, int) or margin < 0:
+            raise ValueError(f"margin must be an integer >= 0, got {margin!r}")
+        if not isinstance(max_panels, int) or max_panels < 1:
+            raise ValueError(f"max_panels must be an integer >= 1, got {max_panels!r}")
+        _check_annotations(annotations)
+        self.out_dir = out_dir
+        self.annotations = annotations
+        self.name = name
+        self.operator = operator
+        self.plots = plots
+        self.margin = margin
+        self.max_panels = max_panels
+        self.report: dict | None = None
+        self._traces: dict[Hashable, _KeyTrace] = {}
+        self._files: list[str] = []
+        self._closed = False
+        self._seq = 0
+        self._plot_data: dict = {}
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create ``out_dir``. May raise ``OSError``."""
+        os.makedirs(self.out_dir, exist_ok=True)
+
+    def write(self, records: Sequence[dict]) -> None:
+        """Keep the scored fields of each output record (non-mappings are ignored)."""
+        for record in records:
+            if not isinstance(record, Mapping):
+                continue
+            kept = {f: record[f] for f in _KEPT if f in record}
+            kept.update(
+                {f: v for f, v in record.items() if isinstance(f, str) and f.startswith("y_pred")}
+            )
+            kept["_seq"] = self._seq  # arrival order across keys, for the accuracy plot
+            self._seq += 1
+            self._trace(record.get("key")).outputs.append(kept)
+
+    def write_inputs(self, records: Sequence[dict]) -> None:
+        """Keep each input's offset and a plottable form of its value."""
+        for record in records:
+            if isinstance(record, Mapping):
+                self._trace(record.get("key")).add_input(record)
+
+    def close(self) -> None:
+        """Compute the report, write ``report.json`` and the plots (once).
+
+        A failing plot is reported under ``plot_errors`` and does not stop the report. The
+        collected records are released in ``finally``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+            report = self._build_report()
+            if self.plots:
+                errors = self._write_plots()
+                if errors:
+                    report["plot_errors"] = errors
+            report["plots"] = list(self._files)
+            self.report = jsonable(report)
+            path = os.path.join(self.out_dir, "report.json")
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(self.report, fh, indent=2, allow_nan=False)
+                fh.write("\n")
+            os.replace(tmp, path)
+        finally:
+            self._traces = {}
+            self._plot_data = {}
+
+    def summary(self) -> dict:
+        """The report path, the plots, and the report's ``summary`` block (after close)."""
+        out: dict[str, Any] = {
+            "report": os.path.join(os.fspath(self.out_dir), "report.json"),
+            "plots": list(self._files),
+        }
+        if self.report:
+            out.update(self.report["summary"])
+        return out
+
+    # ---- scoring ------------------------------------------------------------------------
+
+    def _trace(self, key: Any) -> _KeyTrace:
+        key = _hashable(key)
+        trace = self._traces.get(key)
+        if trace is None:
+            trace = self._traces[key] = _KeyTrace()
+        return trace
+
+    def _annotations_for(self, key: Any) -> Mapping | Sequence | None:
+        ann = self.annotations
+        if ann is None or (isinstance(ann, (Mapping, Sequence)) and len(ann) == 0):
+            return None
+        if isinstance(ann, Mapping) and all(isinstance(v, Mapping) for v in ann.values()):
+            if key in ann:
+                return ann[key]
+            return ann.get(_key_text(key))
+        return ann
+
+    def _build_report(self) -> dict:
+        keys: dict[str, dict] = {}
+        plot_data: dict[Hashable, dict] = {}
+        pooled_learner: list[tuple[dict, list]] = []  # (output, triples source) per key
+        det_reports: list[dict] = []
+        total_records = 0
+        for key, trace in self._traces.items():
+            positions, n = trace.positions()
+            total_records += n
+            entry: dict[str, Any] = {"n_records": n, "n_outputs": len(trace.outputs)}
+            unmatched = sum(p is None for p in positions)
+            if unmatched:
+                entry["unmatched_outputs"] = unmatched
+            ann = self._annotations_for(key)
+            data = {"trace": trace, "positions": positions, "n": n, "annotations": ann}
+            if any("alarm" in o for o in trace.outputs):
+                alarms = sorted(
+                    {
+                        p
+                        for p, o in zip(positions, trace.outputs, strict=True)
+                        if p is not None and o.get("alarm")
+                    }
+                )
+                det = evaluate_detector(alarms, ann, n, margin=self.margin)
+                det["annotated"] = ann is not None
+                entry["alarms"] = alarms
+                entry["detector"] = det
+                det_reports.append(det)
+                data["alarms"] = alarms
+            learner_outputs = [o for o in trace.outputs if any(f.startswith("y_pred") for f in o)]
+            if learner_outputs:
+                entry["learner"] = _learner_metrics([learner_outputs])
+                pooled_learner.append((key, learner_outputs))
+            keys[_key_text(key)] = entry
+            plot_data[key] = data
+        self._plot_data = plot_data
+
+        aggregate: dict[str, Any] = {"n_keys": len(keys), "n_records": total_records}
+        if det_reports:
+            aggregate["detector"] = _pool_detectors(det_reports)
+        if pooled_learner:
+            aggregate["learner"] = _learner_metrics([outs for _, outs in pooled_learner])
+        operator = self.operator
+        if operator is not None and not isinstance(operator, str):
+            operator = repr(operator)
+        return {
+            "name": self.name,
+            "operator": operator,
+            "margin": self.margin,
+            "annotations": self._annotation_mode(),
+            "summary": _headline(aggregate),
+            "aggregate": aggregate,
+            "keys": keys,
+        }
+
+    def _annotation_mode(self) -> str | None:
+        ann = self.annotations
+        if ann is None or len(ann) == 0:
+            return None
+        if isinstance(ann, Mapping) and all(isinstance(v, Mapping) for v in ann.values()):
+            return "per key"
+        return "shared by all keys"
+
+    # ---- plots --------------------------------------------------------------------------
+
+    def _write_plots(self) -> list[str]:
+        errors = []
+        data = list(self._plot_data.items())
+        for fname, draw in (
+            ("series.png", _plot_series),
+            ("statistic.png", _plot_statistic),
+            ("accuracy.png", _plot_accuracy),
+        ):
+            try:
+                fig = draw(data, self.max_panels, self.name)
+                if fig is None:
+                    continue
+                path = os.path.join(self.out_dir, fname)
+                fig.savefig(path, dpi=100)
+                self._files.append(path)
+            except Exception as exc:  # a plot must never cost the report
+                errors.append(f"{fname}: {type(exc).__name__}: {exc}")
+        return errors
+
+
+def _check_annotations(annotations: Any) -> None:
+    """Raise ``ValueError`` now rather than at close for annotations that cannot be scored."""
+    if annotations is None:
+        return
+    if isinstance(annotations, Mapping):
+        groups = [v.values() if isinstance(v, Mapping) else [v] for v in annotations.values()]
+        lists = [cps for g in groups for cps in g]
+    else:
+        lists = [annotations]
+    for cps in lists:
+        if isinstance(cps, (str, bytes)) or not isinstance(cps, Iterable):
+            raise ValueError(f"annotations: expected lists of positions, got {cps!r}")
+        for c in cps:
+            if (
+                isinstance(c, bool)
+                or not isinstance(c, numbers.Integral)
+                and not (isinstance(c, float) and c.is_integer())
+            ):
+                raise ValueError(f"annotations: positions must be integers, got {c!r}")
+            if c < 0:
+                raise ValueError(f"annotations: positions must be >= 0, got {c}")
+
+
+def _hashable(x: Any) -> Any:
+    return tuple(_hashable(v) for v in x) if isinstance(x, list) else x
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _headline(aggregate: dict) -> dict:
+    """The flat ``summary`` block: the aggregate numbers a console line or a table needs."""
+    out: dict[str, Any] = {"records": aggregate["n_records"], "keys": aggregate["n_keys"]}
+    det = aggregate.get("detector")
+    if det:
+        d = det["detection"]
+        out.update(
+            alarms=det["alarms"],
+            f1=det["f1"],
+            precision=det["precision"],
+            recall=det["recall"],
+            covering=det["covering"],
+            mean_delay=d["mean_delay"],
+            false_alarms=d["n_false_alarms"],
+            missed=d["n_missed"],
+            average_run_length=d["average_run_length"],
+        )
+    learner = aggregate.get("learner")
+    if learner:
+        main = learner.get("y_pred") or {}
+        out.update(
+            accuracy=main.get("accuracy"),
+            forgetting=main.get("forgetting"),
+            average_accuracy=main.get("average_accuracy"),
+        )
+    return out
+
+
+def _pool_detectors(reports: list[dict]) -> dict:
+    annotated = [r for r in reports if r["annotated"]]
+    dets = [r["detection"] for r in reports if r["detection"] is not None]
+    delays = [d for s in dets for d in s["delays"] if d is not None]
+    false_alarms = sum(s["n_false_alarms"] for s in dets)
+    no_change = sum(s["no_change_samples"] for s in dets)
+    return {
+        "n_series": len(reports),
+        "n_annotated": len(annotated),
+        "alarms": sum(r["n_alarms"] for r in reports),
+        "f1": _mean([r["f1"] for r in annotated]),
+        "precision": _mean([r["precision"] for r in annotated]),
+        "recall": _mean([r["recall"] for r in annotated]),
+        "covering": _mean([r["covering"] for r in annotated]),
+        "detection": {
+            "n_changes": sum(len(s["change_points"]) for s in dets),
+            "n_detected": sum(s["n_detected"] for s in dets),
+            "n_missed": sum(s["n_missed"] for s in dets),
+            "n_false_alarms": false_alarms,
+            "mean_delay": sum(delays) / len(delays) if delays else None,
+            "delays": delays,
+            "no_change_samples": no_change,
+            "average_run_length": no_change / false_alarms if false_alarms else math.inf,
+        },
+    }
+
+
+def _learner_metrics(groups: list[list[dict]]) -> dict:
+    """Learner scores over groups of outputs (one group per key, each in arrival order)."""
+    outputs = [o for g in groups for o in g]
+    fields = sorted(
+        {f for o in outputs for f in o if f.startswith("y_pred")}, key=lambda f: (f != "y_pred", f)
+    )
+    labelled = [o for o in outputs if o.get("y") is not None]
+    result: dict[str, Any] = {"n_predictions": len(outputs), "n_labelled": len(labelled)}
+    has_tasks = any(o.get("task") is not None for o in outputs)
+    for field in fields:
+        pairs = [o for o in labelled if o.get(field) is not None]
+        metrics: dict[str, Any] = {"n": len(pairs), "accuracy": None}
+        if pairs:
+            curve = prequential_accuracy([o["y"] for o in pairs], [o[field] for o in pairs])
+            metrics["accuracy"] = float(curve[-1])
+        if has_tasks:
+            renamed = [[{**o, "y_pred": o.get(field)} for o in g] for g in groups]
+            triples = [t for g in renamed for t in evaluation_triples(g)]
+            by_task: dict[str, list[int]] = {}
+            for _, task, correct in triples:
+                hits = by_task.setdefault(_key_text(task), [0, 0])
+                hits[0] += correct
+                hits[1] += 1
+            metrics["accuracy_by_task"] = {t: h / c for t, (h, c) in by_task.items()}
+            m = accuracy_matrix(triples)
+            metrics["accuracy_matrix"] = {
+                "tasks": [_key_text(t) for t in m.tasks],
+                "R": m.R,
+                "counts": m.counts,
+            }
+            metrics["forgetting"] = forgetting(m.R)
+            metrics["average_accuracy"] = average_accuracy(m.R)
+        result[field] = metrics
+    return result
+
+
+# ---- drawing (matplotlib's object API with the Agg canvas: no pyplot, no display) -----
+
+
+def _figure(rows: int, title: str) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 1.2 + 2.2 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, 1, squeeze=False)[:, 0]
+    fig.suptitle(title)
+    return fig, axes
+
+
+def _truth_lines(ax: Any, ann: Any) -> None:
+    if ann is None:
+        return
+    sets = ann.values() if isinstance(ann, Mapping) else [ann]
+    for i, c in enumerate(sorted({int(c) for s in sets for c in s if int(c) > 0})):
+        ax.axvline(
+            c, color="0.35", linestyle="--", linewidth=1, label="true change" if i == 0 else None
+        )
+
+
+def _alarm_lines(ax: Any, alarms: Sequence[int]) -> None:
+    for i, a in enumerate(alarms[:500]):
+        ax.axvline(a, color="tab:red", alpha=0.6, linewidth=1, label="alarm" if i == 0 else None)
+
+
+def _panel_title(fig: Any, name: str, what: str, shown: int, total: int) -> None:
+    extra = f" (first {shown} of {total} keys)" if total > shown else ""
+    fig.suptitle(f"{name}: {what}{extra}")
+
+
+def _plot_series(data: list, max_panels: int, name: str) -> Any:
+    with_inputs = [(k, d) for k, d in data if d["trace"].input_offsets]
+    if not with_inputs:
+        return None
+    shown = with_inputs[:max_panels]
+    fig, axes = _figure(len(shown), name)
+    _panel_title(fig, name, "series", len(shown), len(with_inputs))
+    for ax, (key, d) in zip(axes, shown, strict=True):
+        trace = d["trace"]
+        width = max(len(v) for v in trace.values)
+        values = np.array([v + (math.nan,) * (width - len(v)) for v in trace.values])
+        x = np.arange(len(values))
+        labels = trace.value_labels()
+        for j in range(values.shape[1]):
+            ax.plot(x, values[:, j], linewidth=0.8, label=labels[j] if j < len(labels) else None)
+        _truth_lines(ax, d["annotations"])
+        _alarm_lines(ax, d.get("alarms", []))
+        ax.set_title(f"key {_key_text(key)}", fontsize=9, loc="left")
+        ax.set_xlim(0, max(len(values) - 1, 1))
+        ax.legend(loc="upper left", fontsize=7)
+    axes[-1].set_xlabel("position in series")
+    return fig
+
+
+def _field_array(outputs: list[dict], field: str) -> np.ndarray:
+    out = np.full(len(outputs), np.nan)
+    for i, o in enumerate(outputs):
+        v = o.get(field)
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            out[i] = float(v)
+    return out
+
+
+def _plot_statistic(data: list, max_panels: int, name: str) -> Any:
+    panels = []
+    for key, d in data:
+        outs = d["trace"].outputs
+        if not any("alarm" in o for o in outs):
+            continue
+        fields = {f: _field_array(outs, f) for f in ("statistic", "threshold", "lower", "upper")}
+        if any(np.isfinite(a).any() for a in fields.values()):
+            panels.append((key, d, fields))
+    if not panels:
+        return None
+    shown = panels[:max_panels]
+    fig, axes = _figure(len(shown), name)
+    _panel_title(fig, name, "detector statistic", len(shown), len(panels))
+    for ax, (key, d, fields) in zip(axes, shown, strict=True):
+        pos = np.array([np.nan if p is None else p for p in d["positions"]], dtype=float)
+        order = np.argsort(pos, kind="stable")
+        pos = pos[order]
+        f = {k: v[order] for k, v in fields.items()}
+        if np.isfinite(f["lower"]).any() or np.isfinite(f["upper"]).any():
+            ax.fill_between(
+                pos, f["lower"], f["upper"], color="tab:blue", alpha=0.2, label="interval"
+            )
+        if np.isfinite(f["statistic"]).any():
+            ax.plot(pos, f["statistic"], linewidth=0.8, color="tab:blue", label="statistic")
+        if np.isfinite(f["threshold"]).any():
+            ax.plot(
+                pos,
+                f["threshold"],
+                linewidth=1,
+                linestyle=":",
+                color="tab:orange",
+                label="threshold",
+            )
+        _truth_lines(ax, d["annotations"])
+        _alarm_lines(ax, d.get("alarms", []))
+        ax.set_title(f"key {_key_text(key)}", fontsize=9, loc="left")
+        ax.legend(loc="upper left", fontsize=7)
+    axes[-1].set_xlabel("position in series")
+    return fig
+
+
+def _plot_accuracy(data: list, max_panels: int, name: str) -> Any:
+    outputs = [
+        o
+        for _, d in data
+        for o in d["trace"].outputs
+        if o.get("y") is not None and any(f.startswith("y_pred") for f in o)
+    ]
+    if not outputs:
+        return None
+    outputs.sort(key=lambda o: o["_seq"])
+    fields = sorted(
+        {f for o in outputs for f in o if f.startswith("y_pred")}, key=lambda f: (f != "y_pred", f)
+    )
+    tasks = [o.get("task") for o in outputs]
+    has_tasks = any(t is not None for t in tasks)
+    fig, axes = _figure(2 if has_tasks else 1, name)
+    fig.suptitle(f"{name}: prequential accuracy")
+    n = len(outputs)
+    window = max(10, min(500, n // 20))
+    ax = axes[0]
+    for field in fields:
+        idx = [i for i, o in enumerate(outputs) if o.get(field) is not None]
+        if not idx:
+            continue
+        curve = prequential_accuracy(
+            [outputs[i]["y"] for i in idx], [outputs[i][field] for i in idx], window=window
+        )
+        ax.plot(idx, curve, linewidth=0.9, label=f"{field} (window {window})")
+    boundaries = [i for i in range(1, n) if tasks[i] != tasks[i - 1]]
+    for b in boundaries[:200]:
+        for a in axes:
+            a.axvline(b, color="0.6", linestyle=":", linewidth=0.8)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("accuracy")
+    ax.legend(loc="lower right", fontsize=7)
+    if has_tasks:
+        ax2 = axes[1]
+        field = fields[0]
+        seen: dict[Any, list[int]] = {}
+        for i, o in enumerate(outputs):
+            if o.get("task") is not None and o.get(field) is not None:
+                seen.setdefault(_hashable(o["task"]), []).append(i)
+        for task, idx in list(seen.items())[:20]:
+            curve = prequential_accuracy(
+                [outputs[i]["y"] for i in idx], [outputs[i][field] for i in idx]
+            )
+            ax2.plot(
+                idx, curve, linewidth=0.9, marker=".", markersize=2, label=f"task {_key_text(task)}"
+            )
+        ax2.set_ylim(-0.02, 1.02)
+        ax2.set_ylabel(f"cumulative accuracy per task ({field})")
+        ax2.legend(loc="lower right", fontsize=7, ncol=2)
+    axes[-1].set_xlabel("labelled prediction")
+    return fig

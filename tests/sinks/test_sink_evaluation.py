@@ -1,0 +1,222 @@
+"""The evaluating sink on small hand-made runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from sinks import EvaluationSink, evaluate_detector, f_measure, merge_change_points
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _strict_json(path):
+    def reject(name):
+        raise ValueError(f"{name} in report")
+
+    return json.loads(path.read_text(), parse_constant=reject)
+
+
+def _detector_run(n=120, cp=60, alarms_a=(30, 63), alarms_b=(64,)):
+    """Two keys interleaved: key a holds even offsets, key b odd ones."""
+    rng = np.random.default_rng(0)
+    inputs, outputs = [], []
+    for i in range(n):
+        for j, key in enumerate(("a", "b")):
+            offset = 2 * i + j
+            shift = 3.0 if i >= cp else 0.0
+            value = float(rng.normal() + shift) if key == "a" else (rng.normal(size=2) + shift)
+            inputs.append({"key": key, "ts": float(offset), "offset": offset, "value": value})
+            alarm = i in (alarms_a if key == "a" else alarms_b)
+            outputs.append(
+                {
+                    "key": key,
+                    "ts": float(offset),
+                    "offset": offset,
+                    "alarm": alarm,
+                    "statistic": float(i % 7),
+                    "threshold": 5.0,
+                }
+            )
+    return inputs, outputs
+
+
+def test_detector_report_and_plots(tmp_path):
+    inputs, outputs = _detector_run()
+    sink = EvaluationSink(
+        tmp_path / "ev", annotations={"u1": [60], "u2": [58]}, name="t", operator="cs(alpha=0.01)"
+    )
+    sink.open()
+    for start in range(0, len(outputs), 50):  # micro-batches, outputs before their inputs
+        sink.write(outputs[start : start + 50])
+        sink.write_inputs(inputs[start : start + 50])
+    sink.flush()
+    sink.close()
+    report = _strict_json(tmp_path / "ev" / "report.json")
+    assert report == sink.report
+    assert report["name"] == "t" and report["operator"] == "cs(alpha=0.01)"
+    assert report["annotations"] == "shared by all keys"
+
+    a = report["keys"]["a"]
+    assert a["n_records"] == 120
+    det = a["detector"]
+    # positions in the key's own series, not the global offsets
+    assert det["alarms"] == [30, 63]
+    assert det["change_points"] == [58]  # 60 merged into 58 (within the margin)
+    expected = f_measure({"u1": [60], "u2": [58]}, [30, 63], return_PR=True)
+    assert (det["f1"], det["precision"], det["recall"]) == pytest.approx(expected)
+    assert det["detection"]["delays"] == [5]
+    assert det["detection"]["false_alarms"] == [30]
+    # 120 samples minus 58..63 (6 pending samples), one false alarm
+    assert det["detection"]["average_run_length"] == 114.0
+
+    b = report["keys"]["b"]["detector"]
+    assert b["alarms"] == [64] and b["detection"]["average_run_length"] is None  # infinite
+
+    agg = report["aggregate"]["detector"]
+    assert agg["alarms"] == 3 and agg["n_series"] == 2
+    assert agg["f1"] == pytest.approx((det["f1"] + b["f1"]) / 2)
+    assert agg["detection"]["delays"] == [5, 6]
+    assert agg["detection"]["n_false_alarms"] == 1
+    assert agg["detection"]["average_run_length"] == pytest.approx(114 + 113)
+
+    assert sorted(p.rsplit("/", 1)[-1] for p in report["plots"]) == ["series.png", "statistic.png"]
+    for name in ("series.png", "statistic.png"):
+        assert (tmp_path / "ev" / name).read_bytes()[:8] == PNG_MAGIC
+    assert "plot_errors" not in report
+    assert report["keys"]["a"]["alarms"] == [30, 63]
+    assert report["summary"] == {
+        "records": 240,
+        "keys": 2,
+        "alarms": 3,
+        "f1": agg["f1"],
+        "precision": agg["precision"],
+        "recall": agg["recall"],
+        "covering": agg["covering"],
+        "mean_delay": 5.5,
+        "false_alarms": 1,
+        "missed": 0,
+        "average_run_length": 227.0,
+    }
+    assert sink.summary()["f1"] == agg["f1"]
+
+
+def test_annotations_per_key_and_missing(tmp_path):
+    inputs, outputs = _detector_run()
+    sink = EvaluationSink(tmp_path, annotations={"a": {"u": [60]}}, plots=False)
+    sink.write_inputs(inputs)
+    sink.write(outputs)
+    sink.close()
+    report = sink.report
+    assert report["annotations"] == "per key"
+    assert report["keys"]["a"]["detector"]["f1"] is not None
+    assert report["keys"]["b"]["detector"]["f1"] is None  # key b has no annotations
+    assert report["aggregate"]["detector"]["n_annotated"] == 1
+    assert report["plots"] == []
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_without_inputs_positions_count_outputs(tmp_path):
+    outputs = [{"key": 7, "offset": 100 + 3 * i, "alarm": i == 12} for i in range(20)]
+    # a detector may emit two outputs for one input: they share a position
+    outputs.insert(5, {"key": 7, "offset": outputs[4]["offset"], "alarm": False})
+    sink = EvaluationSink(tmp_path, annotations=[10])
+    sink.write(outputs)
+    sink.close()
+    det = sink.report["keys"]["7"]["detector"]
+    assert det["n"] == 20 and det["alarms"] == [12]
+    assert det["detection"]["delays"] == [2]
+    assert [p.rsplit("/", 1)[-1] for p in sink.report["plots"]] == []  # no series, no statistic
+
+
+def test_matrix_inputs_and_unplottable_values(tmp_path):
+    inputs = [{"key": "m", "offset": i, "value": (np.eye(2) * (1 + i)).tolist()} for i in range(30)]
+    inputs[3]["value"] = "garbage"
+    inputs[4]["value"] = [1.0, 2.0]  # wrong shape for this key
+    outputs = [{"key": "m", "offset": i, "alarm": i == 20, "statistic": None} for i in range(30)]
+    outputs.append({"key": "m", "offset": 999, "alarm": True})  # no matching input
+    sink = EvaluationSink(tmp_path)
+    sink.write(outputs)
+    sink.write_inputs(inputs)
+    sink.close()
+    entry = sink.report["keys"]["m"]
+    assert entry["unmatched_outputs"] == 1
+    assert entry["detector"]["alarms"] == [20]
+    assert (tmp_path / "series.png").exists() and not (tmp_path / "statistic.png").exists()
+
+
+def test_learner_report(tmp_path):
+    outputs = []
+    for i in range(40):
+        task = i // 20
+        y = i % 2
+        correct = i < 20 or i % 4 != 0  # task 0: all right; task 1: 3 of 4 right
+        outputs.append(
+            {
+                "key": "L",
+                "offset": i,
+                "task": task,
+                "y": y,
+                "y_pred": y if correct else 1 - y,
+                "y_pred_hare": y,
+            }
+        )
+    outputs.append({"key": "L", "offset": 40, "task": 0, "y": 1, "y_pred": 0, "train": False})
+    outputs.append({"key": "L", "offset": 41, "task": 0, "y": 1, "y_pred": 1, "train": False})
+    outputs.append({"key": "L", "offset": 42, "y_pred": 1})  # unlabelled
+    sink = EvaluationSink(tmp_path, name="learn")
+    sink.write(outputs)
+    sink.close()
+    report = _strict_json(tmp_path / "report.json")
+    learner = report["aggregate"]["learner"]
+    assert learner["n_predictions"] == 43 and learner["n_labelled"] == 42
+    main = learner["y_pred"]
+    assert main["accuracy"] == pytest.approx((20 + 15 + 1) / 42)
+    assert main["accuracy_by_task"] == pytest.approx({"0": 21 / 22, "1": 15 / 20})
+    assert main["accuracy_matrix"]["tasks"] == ["0", "1"]
+    assert main["accuracy_matrix"]["R"] == [[1.0, None], [0.5, 0.75]]
+    assert main["accuracy_matrix"]["counts"] == [[20, 0], [2, 20]]
+    assert main["forgetting"] == pytest.approx(0.5)
+    assert main["average_accuracy"] == pytest.approx((0.5 + 0.75) / 2)
+    assert learner["y_pred_hare"]["accuracy"] == 1.0
+    assert learner["y_pred_hare"]["forgetting"] is None  # no evaluation after task 1
+    assert report["keys"]["L"]["learner"]["y_pred"]["accuracy"] == main["accuracy"]
+    assert (tmp_path / "accuracy.png").read_bytes()[:8] == PNG_MAGIC
+    assert sink.summary()["accuracy"] == main["accuracy"]
+    assert report["summary"]["forgetting"] == pytest.approx(0.5)
+
+
+def test_empty_run_and_double_close(tmp_path):
+    sink = EvaluationSink(tmp_path / "new")
+    sink.close()
+    sink.close()
+    report = _strict_json(tmp_path / "new" / "report.json")
+    assert report["aggregate"] == {"n_keys": 0, "n_records": 0}
+    assert report["summary"] == {"records": 0, "keys": 0}
+    assert report["plots"] == []
+
+
+def test_evaluate_detector_and_merge():
+    r = evaluate_detector([52, 130], {"a": [50], "b": [48, 150]}, n=200)
+    assert r["f1"] == pytest.approx(20 / 27)
+    assert r["covering"] is not None and r["n_alarms"] == 2
+    assert evaluate_detector([3], [5, 500], n=10)["change_points"] == [5]
+    none = evaluate_detector([3], None, n=10)
+    assert none["f1"] is None and none["detection"]["average_run_length"] == 10.0
+    assert math.isinf(evaluate_detector([], {}, n=10)["detection"]["average_run_length"])
+    assert merge_change_points({"a": [10, 20], "b": [15, 21, 40]}, margin=5) == [10, 20, 40]
+    assert merge_change_points(None) == []
+
+
+def test_parameters_are_validated(tmp_path):
+    with pytest.raises(ValueError, match="margin"):
+        EvaluationSink(tmp_path, margin=-1)
+    with pytest.raises(ValueError, match="max_panels"):
+        EvaluationSink(tmp_path, max_panels=0)
+    for bad in ({"u": [-1]}, {"k": {"u": [2.5]}}, [None], {"u": 5}):
+        with pytest.raises(ValueError, match="annotations"):
+            EvaluationSink(tmp_path, annotations=bad)
+    EvaluationSink(tmp_path, annotations={"k": {"u": [np.int64(3), 4.0]}, "j": {}})
