@@ -230,5 +230,5 @@ class Pipeline:
         from tqdm import tqdm
 
         total = getattr(self.source, "length", None)
-        return tqdm(total=total, unit="rec", unit_scale=True, dynamic_ncols=True,
+        return tqdm(total=total, unit="rec",
                     desc=getattr(self.source, "name", "replay"), file=sys.stderr)

@@ -123,3 +123,23 @@ def test_river_detector_through_runner_finds_shift():
              progress=False).run()
     alarms = [r["offset"] for r in sink.records if r["alarm"]]
     assert alarms and 400 <= alarms[0] < 440
+
+
+def test_progress_bar_shows_records_rate_and_total(monkeypatch):
+    import io
+    import sys
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    class Src(list):
+        length = 50
+        name = "src"
+
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    Pipeline(Src({"value": 1.0} for _ in range(50)), [Doubler()], [Collect()],
+             batch_size=10).run()
+    text = err.getvalue()
+    assert "50/50" in text and "rec/s" in text and "src" in text
