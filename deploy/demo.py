@@ -162,7 +162,7 @@ def _plot(series: dict, results: dict, detectors: list[str], path: Path) -> None
         ax.set_title(f"{ds}: standardised series, annotated change points (dashed), alarms",
                      fontsize=9)
         ax.set_xlim(0, len(records))
-    fig.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
+    fig.legend(loc="lower center", ncol=len(detectors), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

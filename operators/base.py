@@ -599,7 +599,9 @@ class Keyed(Operator):
     outputs come grouped by key, keys in order of first appearance, each key's outputs in
     input order: the same outputs as :meth:`process` in a loop, except for the interleaving
     of different keys, which carries no meaning because keys are independent. A record
-    without a ``key`` belongs to the key ``None``.
+    without a ``key`` belongs to the key ``None``; a list key is used as a tuple, and a key
+    that cannot be hashed (a JSON object) makes the record a dead letter. A key is kept only
+    once one of its records was accepted, so bad records do not grow the state.
 
     Examples
     --------

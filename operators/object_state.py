@@ -239,7 +239,7 @@ def decode_object(doc: Any) -> Any:
         return _Decoder().decode(doc)
     except StateRefused:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
         raise StateRefused(f"malformed object state: {type(exc).__name__}: {exc}") from None
 
 
