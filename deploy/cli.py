@@ -30,7 +30,7 @@ class UserError(Exception):
 
 
 def parse_params(pairs: list[str] | None, what: str = "--param") -> dict[str, Any]:
-    """Parse ``["k=v", ...]``; values are read as YAML scalars/lists (``0.01``, ``true``, ``[1, 2]``).
+    """Parse ``["k=v", ...]``; values are YAML scalars or lists (``0.01``, ``true``, ``[1, 2]``).
 
     >>> parse_params(["delta=0.01", "field=meta.temp", "grace=[1, 2]", "name=ADWIN"])
     {'delta': 0.01, 'field': 'meta.temp', 'grace': [1, 2], 'name': 'ADWIN'}

@@ -144,13 +144,13 @@ def _plot(series: dict, results: dict, detectors: list[str], path: Path) -> None
 
     fig, axes = plt.subplots(len(series), 1, figsize=(11, 2.4 * len(series)), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, (ds, (records, annotations)) in zip(axes[:, 0], series.items()):
+    for ax, (ds, (records, truth_sets)) in zip(axes[:, 0], series.items(), strict=True):
         values = np.array([r["value"] for r in records], dtype=float)
         values = values.reshape(len(values), -1)
         scale = values.std(axis=0)
         z = (values - values.mean(axis=0)) / np.where(scale > 0, scale, 1.0)
         ax.plot(z, lw=0.8, color="0.35")
-        truth = sorted({i for idx in annotations.values() for i in idx})
+        truth = sorted({i for idx in truth_sets.values() for i in idx})
         for i in truth:
             ax.axvline(i, color="0.6", ls="--", lw=0.8)
         top = float(np.nanmax(z)) if z.size else 1.0
