@@ -85,7 +85,27 @@ def _make_parent(path: str | os.PathLike) -> None:
         os.makedirs(parent, exist_ok=True)
 
 
-class JsonlSink(Sink):
+class _FileSink(Sink):
+    """A sink writing one text file held in ``_file`` (None when not open)."""
+
+    _file: IO[str] | None = None
+
+    def flush(self) -> None:
+        """Flush the file buffer to the operating system."""
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the file; a second call does nothing."""
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.flush()
+            finally:
+                file.close()
+
+
+class JsonlSink(_FileSink):
     """Write each output record as one JSON object per line.
 
     Parameters
@@ -128,25 +148,11 @@ class JsonlSink(Sink):
         self._file.writelines(_dumps(r) + "\n" for r in records)
         self._count += len(records)
 
-    def flush(self) -> None:
-        """Flush the file buffer to the operating system."""
-        if self._file is not None:
-            self._file.flush()
-
-    def close(self) -> None:
-        """Flush and close the file; a second call does nothing."""
-        file, self._file = self._file, None
-        if file is not None:
-            try:
-                file.flush()
-            finally:
-                file.close()
-
     def summary(self) -> dict:
         return {"path": os.fspath(self.path), "records": self._count}
 
 
-class CsvSink(Sink):
+class CsvSink(_FileSink):
     """Write output records as CSV rows.
 
     Parameters
@@ -215,20 +221,6 @@ class CsvSink(Sink):
                 self._dropped |= extra
             self._writer.writerow([_cell(record.get(c)) for c in self._columns])
             self._count += 1
-
-    def flush(self) -> None:
-        """Flush the file buffer to the operating system."""
-        if self._file is not None:
-            self._file.flush()
-
-    def close(self) -> None:
-        """Flush and close the file; a second call does nothing."""
-        file, self._file = self._file, None
-        if file is not None:
-            try:
-                file.flush()
-            finally:
-                file.close()
 
     def summary(self) -> dict:
         return {
@@ -386,7 +378,7 @@ class MemorySink(Sink):
         return {"records": len(self.records)}
 
 
-class DeadLetterSink(Sink):
+class DeadLetterSink(_FileSink):
     """Receive dead letters: write them as JSON lines to ``path``, or keep them in memory.
 
     ``write`` accepts :class:`~operators.base.DeadLetter` objects and dead letters already
@@ -451,18 +443,6 @@ class DeadLetterSink(Sink):
                 self._file.write(_dumps(record) + "\n")
             else:
                 self.records.append(record)
-
-    def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-
-    def close(self) -> None:
-        file, self._file = self._file, None
-        if file is not None:
-            try:
-                file.flush()
-            finally:
-                file.close()
 
     def summary(self, top: int = 10) -> dict:
         """The count, the ``top`` most common reasons, and the path if any."""
