@@ -88,6 +88,7 @@ def evaluate_detector(
         Alarm positions in the series (0-based).
     annotations
         ``{annotator: [change points]}``, one list of change points, or None (unknown).
+        Change points at or beyond ``n`` (not reached yet) are left out of every score.
     n
         The length of the series.
     margin
@@ -128,8 +129,11 @@ def evaluate_detector(
     if annotations is not None and len(annotations) == 0:
         annotations = None
     if annotations is not None and n > 0:
-        f, p, r = f_measure(annotations, alarm_list, margin=margin, return_PR=True)
-        out.update(f1=f, precision=p, recall=r, covering=covering(annotations, alarm_list, n))
+        # Change points the series never reached (an interrupted or partial replay) cannot be
+        # detected; every score leaves them out, as the detection summary below does.
+        reached = {k: [int(c) for c in v if int(c) < n] for k, v in annotations.items()}
+        f, p, r = f_measure(reached, alarm_list, margin=margin, return_PR=True)
+        out.update(f1=f, precision=p, recall=r, covering=covering(reached, alarm_list, n))
     truth = [c for c in merge_change_points(annotations, margin) if c < n]
     out["change_points"] = truth
     out["detection"] = detection_summary(alarm_list, truth, n) if n > 0 else None
