@@ -36,6 +36,7 @@ from operators.base import (
 )
 from operators.object_state import StateRefused, decode_object, encode_object
 from operators.river_adapter import RiverDetector, river_detector_names
+from operators.transforms import Standardize
 
 __all__ = [
     "BadInput",
@@ -63,4 +64,5 @@ __all__ = [
     "decode_object",
     "RiverDetector",
     "river_detector_names",
+    "Standardize",
 ]
