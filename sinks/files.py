@@ -249,7 +249,8 @@ class ConsoleAlarmSink(Sink):
     stream
         Where to print; ``None`` means ``sys.stdout`` as it is at close time.
     max_rows
-        At most this many alarms are listed (the first ones); the count covers all.
+        At most this many alarms are listed (the earliest, in offset order, whatever order
+        the batches grouped them in); the count covers all.
 
     Examples
     --------
@@ -259,8 +260,8 @@ class ConsoleAlarmSink(Sink):
     ...             {"key": "sensor-2", "offset": 7, "ts": None, "alarm": True}])
     >>> sink.close()
     key       offset  ts     statistic
-    s1           120  120.0  3.25
     sensor-2       7  -      -
+    s1           120  120.0  3.25
     2 alarms
     """
 
@@ -269,25 +270,41 @@ class ConsoleAlarmSink(Sink):
             raise ValueError(f"max_rows must be an integer >= 0, got {max_rows!r}")
         self.stream = stream
         self.max_rows = max_rows
-        self._rows: list[tuple[str, str, str, str]] = []
+        self._pending: list[tuple[tuple, tuple[str, str, str, str]]] = []
         self._count = 0
         self._printed = False
 
     def write(self, records: Sequence[dict]) -> None:
-        """Keep the alarm records (the first ``max_rows`` of them) and count them all."""
+        """Keep the alarm records (the earliest ``max_rows`` by offset) and count them all."""
         for record in records:
             if not isinstance(record, Mapping) or not record.get("alarm"):
                 continue
             self._count += 1
-            if len(self._rows) < self.max_rows:
-                self._rows.append(
+            offset = record.get("offset")
+            order = (0, offset) if isinstance(offset, (int, float)) else (1, self._count)
+            self._pending.append(
+                (
+                    order,
                     (
                         _text(record.get("key")),
-                        _text(record.get("offset")),
+                        _text(offset),
                         _text(record.get("ts"), True),
                         _text(record.get("statistic")),
-                    )
+                    ),
                 )
+            )
+        if len(self._pending) > 2 * self.max_rows:
+            self._trim()
+
+    def _trim(self) -> None:
+        # Batches arrive grouped by key; the table shows the earliest alarms in stream order.
+        self._pending.sort(key=lambda item: item[0])
+        del self._pending[self.max_rows:]
+
+    @property
+    def _rows(self) -> list[tuple[str, str, str, str]]:
+        self._trim()
+        return [row for _, row in self._pending]
 
     def close(self) -> None:
         """Print the table and the count (once)."""
@@ -301,9 +318,10 @@ class ConsoleAlarmSink(Sink):
     def table(self) -> str:
         """The text printed at close."""
         lines = []
-        if self._rows:
+        rows = self._rows
+        if rows:
             header = ("key", "offset", "ts", "statistic")
-            widths = [max(len(header[c]), *(len(r[c]) for r in self._rows)) for c in range(4)]
+            widths = [max(len(header[c]), *(len(r[c]) for r in rows)) for c in range(4)]
             right = (False, True, False, False)  # offsets line up as numbers
 
             def fmt(row: Sequence[str]) -> str:
@@ -314,9 +332,9 @@ class ConsoleAlarmSink(Sink):
                 return "  ".join(cells).rstrip()
 
             lines.append(fmt(header))
-            lines.extend(fmt(r) for r in self._rows)
-            if self._count > len(self._rows):
-                lines.append(f"... {self._count - len(self._rows)} more")
+            lines.extend(fmt(r) for r in rows)
+            if self._count > len(rows):
+                lines.append(f"... {self._count - len(rows)} more")
         lines.append(f"{self._count} alarm{'' if self._count == 1 else 's'}")
         return "\n".join(lines)
 
