@@ -1,10 +1,14 @@
-"""How a pipeline runs: the local runner and the ``shiftwatch`` command line."""
+"""How a pipeline runs: the local runner, the Kafka stage runner, pipeline files, the CLI."""
 
 from __future__ import annotations
 
+from deploy.kafka_dedupe import Deduper, dedupe
+from deploy.kafka_stage import StageRunner, StageStats, run_pipeline
 from deploy.local import Pipeline, RunSummary
+from deploy.pipeline import PipelineConfig, PipelineError, StageConfig, load_pipeline
 
-__all__ = ["Pipeline", "RunSummary", "main"]
+__all__ = ["Pipeline", "RunSummary", "main", "load_pipeline", "PipelineConfig", "StageConfig",
+           "PipelineError", "StageRunner", "StageStats", "run_pipeline", "dedupe", "Deduper"]
 
 
 def main(argv: list[str] | None = None) -> int:

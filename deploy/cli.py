@@ -197,6 +197,23 @@ def cmd_sources(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import logging
+
+    from deploy.kafka_stage import run_pipeline
+    from deploy.pipeline import load_pipeline
+
+    config = load_pipeline(args.pipeline)  # every check runs before anything is consumed
+    if args.bootstrap:
+        config.kafka["bootstrap_servers"] = args.bootstrap
+    if args.metrics_file:
+        config.metrics["file"] = args.metrics_file
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+    return run_pipeline(config, stages=args.stage or None, idle_exit_s=args.exit_when_idle)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from deploy.demo import run_demo
 
@@ -235,6 +252,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="do not print the alarm table")
     r.add_argument("--max-rows", type=int, default=20, help="rows of the alarm table")
     r.set_defaults(func=cmd_replay, stages=None)
+
+    k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "
+                       "members (SIGTERM: checkpoint, commit, leave the group)")
+    k.add_argument("pipeline", help="pipeline YAML file (see deploy/examples/)")
+    k.add_argument("--stage", action="append", metavar="NAME",
+                   help="run only this stage (repeatable; default: every stage)")
+    k.add_argument("--bootstrap", help="override kafka.bootstrap_servers")
+    k.add_argument("--metrics-file", help="write metrics JSON here ({stage} is replaced)")
+    k.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
+                   help="stop (checkpointing first) after SECONDS without input")
+    k.add_argument("--quiet", action="store_true", help="log warnings only")
+    k.set_defaults(func=cmd_run)
 
     d = sub.add_parser("demo", help="replay River's real change-point series through several "
                        "detectors side by side (no broker)")

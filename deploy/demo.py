@@ -22,11 +22,13 @@ __all__ = ["run_demo", "DEFAULT_DATASETS", "DEFAULT_DETECTORS", "DEMO_PARAMS"]
 DEFAULT_DATASETS = ["Occupancy", "RunLog", "AirlinePassengers", "Bitcoin", "UKCoalEmploy"]
 
 #: Detectors compared by default; method operators add themselves here when registered.
-DEFAULT_DETECTORS = ["river:ADWIN", "river:PageHinkley", "river:KSWIN"]
+DEFAULT_DETECTORS = ["river:ADWIN", "river:PageHinkley", "river:KSWIN", "cs"]
 
 #: Parameters the demo passes; everything else is the operator's default. Seeds fixed so the
 #: demo prints the same table on every machine.
-DEMO_PARAMS: dict[str, dict] = {"river:KSWIN": {"seed": 7}}
+DEMO_PARAMS: dict[str, dict] = {"river:KSWIN": {"seed": 7},
+                                 # scale-free mode: scale learned on its own burn-in
+                                 "cs": {"cs": "subgaussian", "sigma": None, "alpha": 0.001}}
 
 #: Values the scale is learned on before it is frozen (see operators.transforms.Standardize).
 BURN_IN = 30

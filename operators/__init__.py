@@ -34,6 +34,7 @@ from operators.base import (
     registered_names,
     resolve,
 )
+from operators.confseq import ConfSeqDetector, ConfSeqOperator
 from operators.object_state import StateRefused, decode_object, encode_object
 from operators.river_adapter import RiverDetector, river_detector_names
 from operators.transforms import Standardize
@@ -65,4 +66,6 @@ __all__ = [
     "RiverDetector",
     "river_detector_names",
     "Standardize",
+    "ConfSeqDetector",
+    "ConfSeqOperator",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from streams.base import Source
 from streams.files import CsvSource, JsonlSource
+from streams.kafka import KafkaSource
 from streams.replay import SourceInfo, list_sources, open_source, paced
 from streams.river_data import (
     RiverDatasetSource,
@@ -25,6 +26,7 @@ from streams.synthetic import (
 )
 
 __all__ = [
+    "KafkaSource",
     "Source",
     "CsvSource",
     "JsonlSource",

@@ -10,7 +10,9 @@ Spec strings (what ``shiftwatch replay SOURCE`` takes):
   River's change-point datasets, else :class:`~streams.river_data.RiverDatasetSource`
   (``river:datasets.NAME`` forces the latter: River has two AirlinePassengers);
 * ``synth:NAME`` with NAME in gaussian, gaussian-mean, gaussian-variance, beta, wishart,
-  grassmann -> the generator of :mod:`streams.synthetic`.
+  grassmann -> the generator of :mod:`streams.synthetic`;
+* ``kafka:TOPIC?bootstrap=HOST:PORT&start=..&end=..&start_time=..&end_time=..`` ->
+  :class:`~streams.kafka.KafkaSource` (query keys are its options; no consumer group).
 
 Options are the keyword arguments of the class the spec resolves to.
 """
@@ -188,6 +190,16 @@ gaussian-variance, beta, wishart, grassmann
             return _construct(spec, RiverDatasetSource, (rest,), options, skip=("name",))
         raise ValueError(f"unknown river dataset {rest!r}; allowed: "
                          f"{', '.join(drift_dataset_names() + river_dataset_names())}")
+    if sep and prefix == "kafka":
+        from urllib.parse import parse_qsl
+
+        from streams.kafka import KafkaSource
+
+        topic, _, query = rest.partition("?")
+        if not topic:
+            raise ValueError(f"source {spec!r}: give a topic, kafka:TOPIC?bootstrap=HOST:PORT")
+        options = {**dict(parse_qsl(query, keep_blank_values=True)), **options}
+        return _construct(spec, KafkaSource, (topic,), options, skip=("topic",))
     lower = _strip_gz(spec.lower())
     if lower.endswith(_CSV_SUFFIXES):
         if lower.endswith(".tsv"):
@@ -196,7 +208,7 @@ gaussian-variance, beta, wishart, grassmann
     if lower.endswith(_JSONL_SUFFIXES):
         return _construct(spec, JsonlSource, (spec,), options, skip=("path",))
     raise ValueError(f"cannot open source {spec!r}: give a .csv/.tsv/.jsonl/.ndjson/.json "
-                     "file (optionally .gz), river:NAME or synth:NAME "
+                     "file (optionally .gz), river:NAME, kafka:TOPIC or synth:NAME "
                      f"(NAME in {', '.join(SYNTHETIC)})")
 
 
@@ -221,4 +233,8 @@ def list_sources() -> list[SourceInfo]:
                               {}))
     for n, (ctor, summary) in SYNTHETIC.items():
         out.append(SourceInfo(f"synth:{n}", summary, _params(ctor)))
+    from streams.kafka import KafkaSource
+
+    out.append(SourceInfo("kafka:TOPIC?bootstrap=H:P", "Kafka topic history between offsets or "
+                          "times (no consumer group)", _params(KafkaSource, ("topic", "client"))))
     return out

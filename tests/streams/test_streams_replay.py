@@ -110,7 +110,8 @@ def test_open_source_river_and_synth():
     ("river:Nope", {}, "unknown river dataset 'Nope'; allowed: AirlinePassengers"),
     ("river:RunLog", {"align": "x"}, "align"),
     ("river:Phishing", {"value": "x"}, "has no option 'value'; options: (none)"),
-    ("kafka:topic", {}, "cannot open source 'kafka:topic'"),
+    ("kafka:", {}, "source 'kafka:': give a topic"),  # kafka:TOPIC is the Kafka source (issue 5)
+    ("kafka:t?bootstrap=x&nope=1", {}, "has no option 'nope'"),
     ("data.parquet", {}, "cannot open source 'data.parquet'"),
     ("", {}, "non-empty string"),
 ])

@@ -1,0 +1,627 @@
+"""The Kafka stage runner: one pipeline stage as a member of a Kafka consumer group.
+
+A stage consumes its input topic in micro-batches, groups each batch by partition and key,
+runs its operators (one :class:`~operators.base.Keyed` chain per input partition, so state
+moves with partitions), and produces every output to the output topic keyed like its input,
+with the input's coordinates ``{"input": {"topic", "partition", "offset", "n"}}``.
+
+State: every ``checkpoint.every_records`` records of a partition, every
+``checkpoint.every_seconds`` seconds, on revoke and on shutdown, the partition's state and
+the next input offset go to ``<pipeline>.<stage>.changelog`` (see
+:mod:`deploy.kafka_changelog`), then the offset is committed. On assignment the stage
+restores each partition's newest checkpoint and seeks to its offset, so the state never
+counts a record twice nor misses one.
+
+* ``at-least-once``: outputs are flushed before the checkpoint that covers them is written,
+  so a crash replays (and re-produces) at most the records after the last checkpoint; the
+  outputs carry coordinates so duplicates can be dropped (:mod:`deploy.kafka_dedupe`, which a
+  downstream stage applies to its input by itself).
+* ``exactly-once``: a transactional producer; outputs, dead letters, changelog chunks and the
+  consumed offsets go into one transaction committed at each checkpoint; consumers read
+  ``read_committed``. A crash aborts the open transaction and the stage resumes from the last
+  committed checkpoint.
+
+Bad input (not JSON, not an object, a missing field, a value an operator rejects) goes to
+``<pipeline>.<stage>.dlq`` with the original bytes, the reason and its coordinates.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deploy.kafka_changelog import ChangelogReader, encode_checkpoint
+from deploy.kafka_dedupe import Deduper
+from deploy.pipeline import PipelineConfig, PipelineError, StageConfig
+from operators.base import BadInput, DeadLetter, Keyed, dumps_state, get_field, loads_state
+
+__all__ = ["StageRunner", "StageStats", "run_pipeline", "encode_output", "decode_input"]
+
+log = logging.getLogger("shiftwatch.kafka")
+
+
+# --------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _default(x: Any) -> Any:
+    import numpy as np
+
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
+_DECODER = json.JSONDecoder()
+
+
+def encode_output(record: Mapping) -> bytes:
+    """JSON bytes of an output record; NaN and infinities become null (strict JSON).
+
+    >>> encode_output({"key": "a", "statistic": float("nan")})
+    b'{"key":"a","statistic":null}'
+    """
+    try:
+        return _ENCODER.encode(record).encode()
+    except ValueError:
+        return json.dumps(_finite(json.loads(json.dumps(record, default=_default))),
+                          separators=(",", ":"), allow_nan=False).encode()
+
+
+def decode_input(value: bytes | None, key: bytes | None, value_field: str = "value",
+                 key_field: str | None = None) -> dict:
+    """The record a message holds, or raise :class:`BadInput` saying why not.
+
+    ``value_field`` names the field copied to ``value``; ``key_field`` the field used as the
+    record key (default: the record's ``key``, else the message key).
+
+    >>> decode_input(b'{"temp": 3.5, "sensor": "s1"}', None, "temp", "sensor")
+    {'temp': 3.5, 'sensor': 's1', 'value': 3.5, 'key': 's1'}
+    >>> decode_input(b'[1, 2]', None)
+    Traceback (most recent call last):
+    ...
+    operators.base.BadInput: message is a JSON list, expected an object
+    """
+    if value is None:
+        raise BadInput("message has no value (a tombstone)")
+    try:
+        record = _DECODER.decode(value.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadInput("message is not UTF-8 text") from None
+    except ValueError as exc:
+        raise BadInput(f"invalid JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(record, dict):
+        kind = {list: "list", str: "string"}.get(type(record), type(record).__name__)
+        raise BadInput(f"message is a JSON {kind}, expected an object")
+    if value_field != "value":
+        record["value"] = get_field(record, value_field)
+    if key_field is not None:
+        record["key"] = get_field(record, key_field)
+    elif "key" not in record and key is not None:
+        record["key"] = key.decode("utf-8", errors="replace")
+    return record
+
+
+# --------------------------------------------------------------------------------------
+# Per-partition state
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _PartitionTask:
+    partition: int
+    ops: list[Keyed]
+    deduper: Deduper
+    next_offset: int | None = None       # next input offset the state has not seen
+    checkpoint_id: int = 0
+    checkpointed_offset: int | None = None
+    since_checkpoint: int = 0
+
+
+@dataclass
+class StageStats:
+    """Counters of a running stage (also what the metrics file holds)."""
+
+    stage: str
+    records_in: int = 0
+    records_out: int = 0
+    dead_letters: int = 0
+    duplicates_dropped: int = 0
+    checkpoints: int = 0
+    last_checkpoint_unix: float | None = None
+    last_checkpoint_offsets: dict = field(default_factory=dict)
+    lag: int | None = None
+    rate: float = 0.0
+    partitions: list = field(default_factory=list)
+    started_unix: float = field(default_factory=time.time)
+
+    def line(self) -> str:
+        ago = ("never" if self.last_checkpoint_unix is None
+               else f"{time.time() - self.last_checkpoint_unix:.1f} s ago")
+        return (f"stage {self.stage}: in {self.records_in} ({self.rate:,.0f}/s), "
+                f"out {self.records_out}, dead letters {self.dead_letters}, "
+                f"lag {self.lag if self.lag is not None else '?'}, "
+                f"partitions {self.partitions}, last checkpoint {ago}")
+
+
+# --------------------------------------------------------------------------------------
+# The runner
+# --------------------------------------------------------------------------------------
+
+
+class StageRunner:
+    """Run one stage of a pipeline as a consumer-group member until stopped.
+
+    Parameters
+    ----------
+    config, stage
+        The validated pipeline and the stage to run.
+    stop
+        Set it (e.g. from a SIGTERM handler) to stop: the stage finishes the batch at hand,
+        checkpoints every partition, commits and leaves the group.
+    idle_exit_s
+        Stop by itself after this many seconds without input (batch jobs, tests).
+    instance
+        Distinguishes members for the transactional id (exactly-once); default: host and pid.
+    """
+
+    def __init__(self, config: PipelineConfig, stage: StageConfig,
+                 stop: threading.Event | None = None, idle_exit_s: float | None = None,
+                 instance: str | None = None):
+        self.config = config
+        self.stage = stage
+        self.stop = stop or threading.Event()
+        self.idle_exit_s = idle_exit_s
+        self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
+        self.client = dict(config.kafka)
+        self.eos = stage.guarantee == "exactly-once"
+        self.group_id = config.group_id(stage)
+        self.changelog = config.changelog_topic(stage)
+        self.dlq = config.dlq_topic(stage)
+        self.stats = StageStats(stage=stage.name)
+        self._tasks: dict[int, _PartitionTask] = {}
+        self._consumer = None
+        self._producer = None
+        self._reader: ChangelogReader | None = None
+        self._in_txn = False
+        self._last_checkpoint_time = time.monotonic()
+        self._input_partitions = 0
+        self._rate_window = (time.monotonic(), 0)
+
+    # ---- setup ----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Check (or create) the topics, before anything is consumed.
+
+        Called by :meth:`run` first. Raises :class:`~deploy.pipeline.PipelineError` (one line)
+        when the input or output topic is missing and ``topics.create`` is false, or the
+        changelog has fewer partitions than the input; kafka-python errors when the cluster
+        cannot be reached.
+        """
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(**self.client)
+        try:
+            parts = self._partition_counts(admin, [self.stage.input, self.stage.output,
+                                                   self.changelog, self.dlq])
+            topics = self.config.topics
+            create: dict[str, dict] = {}
+            for t in (self.stage.input, self.stage.output):
+                if parts[t] is None:
+                    if not topics["create"]:
+                        raise PipelineError(
+                            f"{self.config.source}: stage {self.stage.name}: topic {t!r} does "
+                            "not exist (create it, or set topics: {create: true})")
+                    create[t] = {"num_partitions": topics["partitions"],
+                                 "replication_factor": topics["replication_factor"]}
+            n_in = parts[self.stage.input] or topics["partitions"]
+            if parts[self.changelog] is None:
+                create[self.changelog] = {"num_partitions": n_in,
+                                          "replication_factor": topics["replication_factor"],
+                                          "configs": {"cleanup.policy": "compact"}}
+            elif parts[self.changelog] < n_in:
+                raise PipelineError(
+                    f"{self.config.source}: stage {self.stage.name}: changelog "
+                    f"{self.changelog!r} has {parts[self.changelog]} partitions, input "
+                    f"{self.stage.input!r} has {n_in}; grow the changelog to match")
+            if parts[self.dlq] is None:
+                create[self.dlq] = {"num_partitions": 1,
+                                    "replication_factor": topics["replication_factor"]}
+            if create:
+                admin.create_topics(create, raise_errors=False)
+            self._input_partitions = n_in
+        finally:
+            admin.close()
+
+    @staticmethod
+    def _partition_counts(admin, topics: list[str]) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        for d in admin.describe_topics(topics):
+            ok = d.get("error_code", 0) == 0 and d.get("partitions")
+            out[d["name"]] = len(d["partitions"]) if ok else None
+        return {t: out.get(t) for t in topics}
+
+    def _clients(self) -> None:
+        from kafka import KafkaConsumer, KafkaProducer
+
+        c = self.stage.consumer
+        self._consumer = KafkaConsumer(
+            **self.client, group_id=self.group_id, enable_auto_commit=False,
+            auto_offset_reset=c["auto_offset_reset"],
+            max_poll_interval_ms=c["max_poll_interval_ms"],
+            session_timeout_ms=c["session_timeout_ms"],
+            heartbeat_interval_ms=c["heartbeat_interval_ms"],
+            max_poll_records=self.stage.batch["max_records"],
+            isolation_level="read_committed" if self.eos else "read_uncommitted",
+            **{k: c[k] for k in ("fetch_max_bytes", "max_partition_fetch_bytes") if k in c})
+        extra: dict[str, Any] = {"acks": "all", "linger_ms": 5,
+                                 "max_request_size": 4 * 1024 * 1024}
+        if self.eos:
+            extra["transactional_id"] = f"{self.group_id}.{self.instance}"
+        self._producer = KafkaProducer(**self.client, **extra)
+        if self.eos:
+            self._producer.init_transactions()
+        self._reader = ChangelogReader(self.client, self.changelog, read_committed=self.eos)
+
+    # ---- lifecycle hooks --------------------------------------------------------------
+
+    def on_assign(self, partitions) -> None:
+        """Called inside ``poll`` when the group gives this member partitions.
+
+        Restores each partition's newest checkpoint and seeks to its offset (to the beginning
+        when there is none). May raise kafka-python errors or ``TimeoutError`` (the stage
+        stops; the group reassigns the partitions).
+        """
+        mine = [tp for tp in partitions if tp.topic == self.stage.input]
+        if not mine:
+            return
+        restored = self._reader.read(self.stage.input, [tp.partition for tp in mine])
+        for tp in mine:
+            task = self._new_task(tp.partition)
+            cp = restored.get(tp.partition)
+            if cp is not None:
+                state = loads_state(cp.state)
+                for op, s in zip(task.ops, state["operators"], strict=True):
+                    op.load_state_dict(s)
+                task.deduper.load(state.get("upstream", []))
+                task.next_offset = task.checkpointed_offset = cp.offset
+                task.checkpoint_id = cp.id
+                self._consumer.seek(tp, cp.offset)
+            else:
+                self._consumer.seek_to_beginning(tp)
+            self._tasks[tp.partition] = task
+        log.info("stage %s: assigned %s (restored %s)", self.stage.name,
+                 sorted(tp.partition for tp in mine),
+                 {p: (c.offset if c else None) for p, c in restored.items()})
+        self.stats.partitions = sorted(self._tasks)
+
+    def on_revoke(self, partitions) -> None:
+        """Called inside ``poll`` before partitions move to another member (and on close).
+
+        Checkpoints and commits the revoked partitions, then drops their state. Errors are
+        logged: the last checkpoint still holds, so the next owner replays from it.
+        """
+        mine = [tp.partition for tp in partitions
+                if tp.topic == self.stage.input and tp.partition in self._tasks]
+        try:
+            self._checkpoint(mine)
+        except Exception as exc:  # the next owner replays from the previous checkpoint
+            log.warning("stage %s: checkpoint on revoke failed: %s", self.stage.name, exc)
+            if self.eos and self._in_txn:
+                self._abort()
+        for p in mine:
+            self._tasks.pop(p, None)
+        self.stats.partitions = sorted(self._tasks)
+
+    def _new_task(self, partition: int) -> _PartitionTask:
+        return _PartitionTask(partition=partition,
+                              ops=[Keyed(spec.build()) for spec in self.stage.operators],
+                              deduper=Deduper())
+
+    # ---- main loop ----------------------------------------------------------------------
+
+    def run(self) -> StageStats:
+        """Consume until :attr:`stop` is set (or idle for ``idle_exit_s``), then shut down.
+
+        Shutdown checkpoints every partition, commits, and leaves the group (``close``).
+        """
+        from kafka import ConsumerRebalanceListener
+
+        runner = self
+
+        class _Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                runner.on_revoke(revoked)
+
+            def on_partitions_assigned(self, assigned):
+                runner.on_assign(assigned)
+
+        self.prepare()
+        self._clients()
+        self._consumer.subscribe([self.stage.input], listener=_Listener())
+        max_poll_s = self.stage.consumer["max_poll_interval_ms"] / 1000
+        metrics_every = self.config.metrics["interval_seconds"]
+        last_metrics = last_input = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                batches = self._consumer.poll(timeout_ms=self.stage.batch["timeout_ms"])
+                t0 = time.monotonic()
+                n = sum(len(m) for m in batches.values())
+                if n:
+                    last_input = t0
+                    if self.eos and not self._in_txn:
+                        self._producer.begin_transaction()
+                        self._in_txn = True
+                    for tp, msgs in batches.items():
+                        task = self._tasks.get(tp.partition)
+                        if task is not None and tp.topic == self.stage.input:
+                            self._process(tp, task, msgs)
+                self._maybe_checkpoint()
+                now = time.monotonic()
+                if now - t0 > 0.5 * max_poll_s:
+                    log.warning("stage %s: a batch took %.1f s, over half of "
+                                "max_poll_interval_ms (%.0f s): lower batch.max_records or "
+                                "raise consumer.max_poll_interval_ms, or the group will evict "
+                                "this member", self.stage.name, now - t0, max_poll_s)
+                if now - last_metrics >= metrics_every:
+                    self._metrics()
+                    last_metrics = now
+                if not self._tasks:
+                    last_input = now  # idle time counts from the first assignment
+                elif self.idle_exit_s is not None and now - last_input > self.idle_exit_s:
+                    break
+        finally:
+            self._shutdown()
+        return self.stats
+
+    def _process(self, tp, task: _PartitionTask, msgs) -> None:
+        stage = self.stage
+        by_offset = {}
+        records = []
+        for m in msgs:
+            if task.next_offset is not None and m.offset < task.next_offset:
+                continue  # already in the state (a re-fetch after a seek)
+            by_offset[m.offset] = m
+            task.next_offset = m.offset + 1
+            try:
+                record = decode_input(m.value, m.key, stage.value, stage.key)
+            except BadInput as exc:
+                self._dead_letter(m, str(exc), None)
+                continue
+            if stage.dedupe and not task.deduper.admit(record):
+                self.stats.duplicates_dropped += 1
+                continue
+            record["offset"] = m.offset
+            records.append(record)
+        self.stats.records_in += len(by_offset)
+        task.since_checkpoint += len(by_offset)
+        for i, op in enumerate(task.ops):
+            outs = op.process_batch(records)
+            records = []
+            for o in outs:
+                if isinstance(o, DeadLetter):
+                    m = by_offset.get(o.origin.get("offset"))
+                    self._dead_letter(m, o.reason, stage.operators[i].name, o.raw)
+                else:
+                    records.append(o)
+        # Keyed groups outputs by key; put them back in input order, so that each upstream
+        # partition's offsets increase along every output partition (what Deduper relies on).
+        records.sort(key=_offset_of)
+        counts: dict[int, int] = {}
+        send = self._producer.send
+        for o in records:
+            off = o.get("offset")
+            n = counts.get(off, 0)
+            counts[off] = n + 1
+            o["input"] = {"topic": tp.topic, "partition": tp.partition, "offset": off, "n": n}
+            m = by_offset.get(off)
+            key = m.key if m is not None and m.key is not None else _key_bytes(o.get("key"))
+            send(stage.output, key=key, value=encode_output(o))
+        self.stats.records_out += len(records)
+
+    def _dead_letter(self, m, reason: str, operator: str | None, record: Any = None) -> None:
+        self.stats.dead_letters += 1
+        env: dict[str, Any] = {"error": reason, "pipeline": self.config.name,
+                               "stage": self.stage.name, "operator": operator}
+        key = None
+        if m is not None:
+            raw = m.value or b""
+            key = m.key
+            env.update(topic=m.topic, partition=m.partition, offset=m.offset,
+                       timestamp=m.timestamp,
+                       key=None if m.key is None else m.key.decode("utf-8", "replace"),
+                       raw=raw.decode("utf-8", errors="replace"),
+                       raw_base64=base64.b64encode(raw).decode("ascii"))
+        else:
+            env["raw"] = DeadLetter(record, reason).to_record()["raw"]
+        self._producer.send(self.dlq, key=key, value=encode_output(env),
+                            headers=[("error", reason.encode()[:1000])])
+
+    # ---- checkpoints --------------------------------------------------------------------
+
+    def _maybe_checkpoint(self) -> None:
+        cp = self.stage.checkpoint
+        timed = time.monotonic() - self._last_checkpoint_time >= cp["every_seconds"]
+        due = [p for p, t in self._tasks.items()
+               if t.since_checkpoint >= cp["every_records"] or (timed and t.since_checkpoint)]
+        if self.eos:
+            if due or (timed and self._in_txn):
+                self._checkpoint(list(self._tasks))  # one transaction covers every partition
+        elif due:
+            self._checkpoint(due)
+        if timed:
+            self._last_checkpoint_time = time.monotonic()
+
+    def _checkpoint(self, partitions: list[int]) -> None:
+        """Write the state of ``partitions`` with their next offsets, then commit offsets."""
+        from kafka import OffsetAndMetadata, TopicPartition
+
+        if not self.eos:
+            self._producer.flush()  # outputs before the checkpoint that covers them
+        elif not self._in_txn:
+            self._producer.begin_transaction()
+            self._in_txn = True
+        offsets = {}
+        for p in partitions:
+            task = self._tasks.get(p)
+            if task is None or task.next_offset is None:
+                continue
+            if task.next_offset == task.checkpointed_offset and not self.eos:
+                continue
+            state = dumps_state({"operators": [op.state_dict() for op in task.ops],
+                                 "upstream": task.deduper.state()})
+            task.checkpoint_id += 1
+            for key, value in encode_checkpoint(self.stage.input, p, task.checkpoint_id,
+                                                task.next_offset, state,
+                                                self.stage.checkpoint["chunk_bytes"]):
+                self._producer.send(self.changelog, key=key, value=value, partition=p)
+            task.checkpointed_offset = task.next_offset
+            task.since_checkpoint = 0
+            offsets[TopicPartition(self.stage.input, p)] = OffsetAndMetadata(
+                task.next_offset, "", -1)
+        if self.eos:
+            if offsets:
+                self._producer.send_offsets_to_transaction(offsets,
+                                                           self._consumer.group_metadata())
+            self._producer.commit_transaction()
+            self._in_txn = False
+        else:
+            self._producer.flush()
+            if offsets:
+                self._consumer.commit(offsets)
+        if offsets:
+            self.stats.checkpoints += 1
+            self.stats.last_checkpoint_unix = time.time()
+            self.stats.last_checkpoint_offsets.update(
+                {str(tp.partition): om.offset for tp, om in offsets.items()})
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction()
+        finally:
+            self._in_txn = False
+
+    # ---- metrics and shutdown -----------------------------------------------------------
+
+    def _metrics(self) -> None:
+        from kafka import TopicPartition
+
+        now = time.monotonic()
+        then, n = self._rate_window
+        if now > then:
+            self.stats.rate = (self.stats.records_in - n) / (now - then)
+        self._rate_window = (now, self.stats.records_in)
+        lag = 0
+        known = False
+        for p, task in self._tasks.items():
+            hw = self._consumer.highwater(TopicPartition(self.stage.input, p))
+            if hw is not None and task.next_offset is not None:
+                lag += max(0, hw - task.next_offset)
+                known = True
+        self.stats.lag = lag if known else None
+        log.info(self.stats.line())
+        path = self.config.metrics.get("file")
+        if path:
+            path = Path(path.replace("{stage}", self.stage.name))
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(asdict(self.stats), default=str))
+            os.replace(tmp, path)
+
+    def _shutdown(self) -> None:
+        try:
+            if self._consumer is not None and self._producer is not None:
+                try:
+                    self._checkpoint(list(self._tasks))
+                except Exception as exc:
+                    log.warning("stage %s: final checkpoint failed: %s", self.stage.name, exc)
+                    if self.eos and self._in_txn:
+                        self._abort()
+                self._metrics()
+                self._tasks.clear()  # on_revoke during close() has nothing left to do
+        finally:
+            for client in (self._consumer, self._producer, self._reader):
+                if client is not None:
+                    try:
+                        client.close()
+                    except Exception as exc:  # closing must not hide the reason we stop
+                        log.warning("stage %s: close: %s", self.stage.name, exc)
+
+
+def _offset_of(record: Mapping) -> int:
+    return record.get("offset", -1)
+
+
+def _key_bytes(key: Any) -> bytes | None:
+    if key is None:
+        return None
+    if isinstance(key, str):
+        return key.encode()
+    return json.dumps(key).encode()
+
+
+# --------------------------------------------------------------------------------------
+
+
+def run_pipeline(config: PipelineConfig, stages: list[str] | None = None,
+                 idle_exit_s: float | None = None, install_signals: bool = True) -> int:
+    """Run the named stages (default: all) of ``config``, one thread each, until SIGTERM/SIGINT.
+
+    Returns 0 after a clean stop, 1 if a stage failed (the others are then stopped too).
+    """
+    chosen = [config.stage(s) for s in stages] if stages else list(config.stages)
+    stop = threading.Event()
+    if install_signals and threading.current_thread() is threading.main_thread():
+        def handler(signum, frame):
+            log.info("signal %s: checkpointing and leaving the group", signum)
+            stop.set()
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+    runners = [StageRunner(config, s, stop=stop, idle_exit_s=idle_exit_s) for s in chosen]
+    for r in runners:  # topics are checked before any stage consumes
+        r.prepare()
+    errors: list[BaseException] = []
+
+    def target(r: StageRunner) -> None:
+        try:
+            r.run()
+        except BaseException as exc:
+            errors.append(exc)
+            log.error("stage %s failed: %s: %s", r.stage.name, type(exc).__name__, exc)
+            stop.set()
+
+    threads = [threading.Thread(target=target, args=(r,), name=f"stage-{r.stage.name}")
+               for r in runners]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(timeout=0.2)
+    if errors and isinstance(errors[0], PipelineError):
+        raise errors[0]
+    return 1 if errors else 0

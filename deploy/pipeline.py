@@ -1,0 +1,362 @@
+"""Pipeline files: the YAML that ``shiftwatch run`` reads, loaded and validated in one place.
+
+A pipeline file names the Kafka cluster and a list of stages. Each stage consumes one topic,
+runs one or more operators (each wrapped in :class:`~operators.base.Keyed`) and produces to
+one topic; stages chain through topics::
+
+    pipeline: sensors                  # group ids and internal topics derive from it
+    kafka:
+      bootstrap_servers: ${KAFKA_BOOTSTRAP:-localhost:9092}
+      security_protocol: SASL_SSL      # any kafka-python security setting passes through
+    guarantee: at-least-once           # or exactly-once (default of every stage)
+    stages:
+      - name: scale
+        input: sensors.raw
+        output: sensors.scaled
+        operator: standardize
+        params: {burn_in: 30}
+        value: temp                    # field holding the value (default: value)
+        key: sensor                    # field holding the key (default: the message key)
+      - name: detect
+        input: sensors.scaled
+        output: sensors.alarms
+        operator: river:ADWIN
+
+Everything is checked by :func:`load_pipeline` before anything is consumed: unknown keys,
+missing keys, bad operator names or parameters, bad numbers. Each problem is one line naming
+the file and the place (``pipeline.yaml: stages[1] (detect): unknown key 'oprator'``).
+Whether the topics exist is checked against the cluster when the stage starts
+(:meth:`deploy.kafka_stage.StageRunner.prepare`), also before consuming.
+
+String values may use ``${VAR}`` or ``${VAR:-default}`` to read the environment (for the
+bootstrap address and credentials in containers).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "PipelineError",
+    "PipelineConfig",
+    "StageConfig",
+    "OperatorSpec",
+    "load_pipeline",
+    "parse_pipeline",
+    "CLIENT_SETTINGS",
+    "GUARANTEES",
+]
+
+GUARANTEES = ("at-least-once", "exactly-once")
+
+#: kafka-python client settings a pipeline's ``kafka:`` section may set (connection and
+#: security); they are passed unchanged to every consumer, producer and admin client.
+CLIENT_SETTINGS = (
+    "bootstrap_servers", "client_id", "security_protocol", "ssl_check_hostname", "ssl_cafile",
+    "ssl_certfile", "ssl_keyfile", "ssl_crlfile", "ssl_password", "ssl_ciphers",
+    "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "sasl_kerberos_name",
+    "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "request_timeout_ms",
+    "api_version", "connections_max_idle_ms", "metadata_max_age_ms", "reconnect_backoff_ms",
+)
+
+_TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", "consumer",
+             "metrics", "stages")
+_STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
+               "guarantee", "checkpoint", "batch", "consumer", "dedupe")
+_SECTION_KEYS = {
+    "checkpoint": ("every_records", "every_seconds", "chunk_bytes"),
+    "batch": ("max_records", "timeout_ms"),
+    "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
+                 "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes"),
+    "topics": ("create", "partitions", "replication_factor"),
+    "metrics": ("file", "interval_seconds"),
+}
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "checkpoint": {"every_records": 10_000, "every_seconds": 10.0, "chunk_bytes": 512 * 1024},
+    "batch": {"max_records": 1000, "timeout_ms": 200},
+    "consumer": {"max_poll_interval_ms": 300_000, "session_timeout_ms": 10_000,
+                 "heartbeat_interval_ms": 3_000, "auto_offset_reset": "earliest"},
+    "topics": {"create": False, "partitions": 1, "replication_factor": 1},
+    "metrics": {"file": None, "interval_seconds": 10.0},
+}
+_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class PipelineError(ValueError):
+    """A pipeline file that cannot run: the message is one line naming file and place."""
+
+
+@dataclass
+class OperatorSpec:
+    """One operator of a stage: its registered name and keyword parameters."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+
+    def build(self):
+        """A fresh operator (raises ``ValueError`` for a bad name or parameter)."""
+        from operators import create
+
+        return create(self.name, **self.params)
+
+
+@dataclass
+class StageConfig:
+    """One stage: input topic -> operators (keyed) -> output topic."""
+
+    name: str
+    input: str
+    output: str
+    operators: list[OperatorSpec]
+    value: str = "value"
+    key: str | None = None
+    guarantee: str = "at-least-once"
+    dedupe: bool = True
+    checkpoint: dict = field(default_factory=lambda: dict(_DEFAULTS["checkpoint"]))
+    batch: dict = field(default_factory=lambda: dict(_DEFAULTS["batch"]))
+    consumer: dict = field(default_factory=lambda: dict(_DEFAULTS["consumer"]))
+
+
+@dataclass
+class PipelineConfig:
+    """A validated pipeline file."""
+
+    name: str
+    stages: list[StageConfig]
+    kafka: dict = field(default_factory=dict)
+    topics: dict = field(default_factory=lambda: dict(_DEFAULTS["topics"]))
+    metrics: dict = field(default_factory=lambda: dict(_DEFAULTS["metrics"]))
+    source: str = "<pipeline>"
+
+    def stage(self, name: str) -> StageConfig:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise PipelineError(f"{self.source}: no stage {name!r}; stages: "
+                            f"{', '.join(s.name for s in self.stages)}")
+
+    def group_id(self, stage: StageConfig) -> str:
+        return f"{self.name}.{stage.name}"
+
+    def changelog_topic(self, stage: StageConfig) -> str:
+        return f"{self.name}.{stage.name}.changelog"
+
+    def dlq_topic(self, stage: StageConfig) -> str:
+        return f"{self.name}.{stage.name}.dlq"
+
+
+# --------------------------------------------------------------------------------------
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand(value: Any, where: str, source: str) -> Any:
+    if isinstance(value, str):
+        def sub(m: re.Match) -> str:
+            var, default = m.group(1), m.group(2)
+            if var in os.environ:
+                return os.environ[var]
+            if default is not None:
+                return default
+            raise PipelineError(f"{source}: {where}: environment variable {var} is not set "
+                                "(write ${" + var + ":-default} for a default)")
+        return _ENV.sub(sub, value)
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]", source) for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {k: _expand(v, f"{where}.{k}", source) for k, v in value.items()}
+    return value
+
+
+def load_pipeline(path: str | Path, build_operators: bool = True) -> PipelineConfig:
+    """Read and validate a pipeline file; raise :class:`PipelineError` (one line) if bad.
+
+    A missing file raises ``FileNotFoundError``.
+    """
+    path = Path(path)
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise PipelineError(f"{path}: invalid YAML{at}: {problem}") from None
+    return parse_pipeline(data, source=str(path), build_operators=build_operators)
+
+
+def parse_pipeline(data: Any, source: str = "<pipeline>",
+                   build_operators: bool = True) -> PipelineConfig:
+    """Validate a pipeline given as a mapping (what the YAML file holds).
+
+    With ``build_operators`` every operator is constructed once, so bad parameters fail here.
+
+    Examples
+    --------
+    >>> cfg = parse_pipeline({"pipeline": "p", "kafka": {"bootstrap_servers": "k:9092"},
+    ...     "stages": [{"name": "detect", "input": "in", "output": "out",
+    ...                 "operator": "river:ADWIN", "params": {"delta": 0.01}}]})
+    >>> cfg.stages[0].operators, cfg.dlq_topic(cfg.stages[0])
+    ([OperatorSpec(name='river:ADWIN', params={'delta': 0.01})], 'p.detect.dlq')
+    >>> parse_pipeline({"pipeline": "p", "stages": [{"name": "d", "input": "in",
+    ...     "output": "out", "oprator": "x"}]})
+    Traceback (most recent call last):
+    ...
+    deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
+allowed: name, input, output, operator, params, operators, value, key, guarantee, checkpoint, \
+batch, consumer, dedupe
+    """
+    def err(msg: str) -> PipelineError:
+        return PipelineError(f"{source}: {msg}")
+
+    if not isinstance(data, Mapping):
+        raise err("expected a mapping with 'pipeline' and 'stages' at the top")
+    _unknown(data, _TOP_KEYS, "top level", err)
+    data = _expand(dict(data), "top level", source)
+    name = data.get("pipeline")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise err("'pipeline' must be a name of letters, digits, '.', '_' or '-' "
+                  f"(it prefixes group ids and topics), got {name!r}")
+    kafka = data.get("kafka") or {}
+    if not isinstance(kafka, Mapping):
+        raise err("'kafka' must be a mapping of client settings")
+    _unknown(kafka, CLIENT_SETTINGS, "kafka", err)
+    kafka = dict(kafka)
+    kafka.setdefault("bootstrap_servers", "localhost:9092")
+    defaults = {sec: _section(data.get(sec), sec, "top level", dict(_DEFAULTS[sec]), err)
+                for sec in ("checkpoint", "batch", "consumer", "topics", "metrics")}
+    guarantee = _guarantee(data.get("guarantee", "at-least-once"), "top level", err)
+    stages_raw = data.get("stages")
+    if not isinstance(stages_raw, list) or not stages_raw:
+        raise err("'stages' must be a non-empty list of stages")
+    stages: list[StageConfig] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(stages_raw):
+        stage = _stage(raw, i, defaults, guarantee, err, build_operators)
+        if stage.name in seen:
+            raise err(f"stages[{i}]: duplicate stage name {stage.name!r}")
+        seen.add(stage.name)
+        stages.append(stage)
+    return PipelineConfig(name=name, stages=stages, kafka=kafka, topics=defaults["topics"],
+                          metrics=defaults["metrics"], source=source)
+
+
+def _unknown(d: Mapping, allowed: tuple[str, ...], where: str, err) -> None:
+    for k in d:
+        if k not in allowed:
+            raise err(f"{where}: unknown key {k!r}; allowed: {', '.join(allowed)}")
+
+
+def _guarantee(g: Any, where: str, err) -> str:
+    if g not in GUARANTEES:
+        raise err(f"{where}: guarantee must be one of {', '.join(GUARANTEES)}, got {g!r}")
+    return g
+
+
+def _section(value: Any, sec: str, where: str, base: dict, err) -> dict:
+    if value is None:
+        return base
+    if not isinstance(value, Mapping):
+        raise err(f"{where}: '{sec}' must be a mapping with keys {', '.join(_SECTION_KEYS[sec])}")
+    _unknown(value, _SECTION_KEYS[sec], f"{where}: {sec}", err)
+    out = {**base, **value}
+    for k, v in out.items():
+        want = _DEFAULTS[sec][k]
+        if k in ("auto_offset_reset",):
+            if v not in ("earliest", "latest"):
+                raise err(f"{where}: {sec}.{k} must be earliest or latest, got {v!r}")
+        elif k == "file":
+            if v is not None and not isinstance(v, str):
+                raise err(f"{where}: {sec}.{k} must be a path, got {v!r}")
+        elif isinstance(want, bool):
+            if not isinstance(v, bool):
+                raise err(f"{where}: {sec}.{k} must be true or false, got {v!r}")
+        elif isinstance(want, (int, float)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or \
+                    (isinstance(want, int) and not isinstance(v, int)):
+                kind = "a positive integer" if isinstance(want, int) else "a positive number"
+                raise err(f"{where}: {sec}.{k} must be {kind}, got {v!r}")
+    return out
+
+
+def _topic(v: Any, what: str, where: str, err) -> str:
+    if v is None:
+        raise err(f"{where}: missing '{what}' topic")
+    if not isinstance(v, str) or not _NAME.match(v) or len(v) > 249:
+        raise err(f"{where}: {what} must be a Kafka topic name, got {v!r}")
+    return v
+
+
+def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
+           build_operators: bool) -> StageConfig:
+    where = f"stages[{i}]"
+    if not isinstance(raw, Mapping):
+        raise err(f"{where}: a stage must be a mapping, got {type(raw).__name__}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise err(f"{where}: 'name' must be a name of letters, digits, '.', '_' or '-', "
+                  f"got {name!r}")
+    where = f"{where} ({name})"
+    _unknown(raw, _STAGE_KEYS, where, err)
+    inp = _topic(raw.get("input"), "input", where, err)
+    out = _topic(raw.get("output"), "output", where, err)
+    if inp == out:
+        raise err(f"{where}: input and output are the same topic {inp!r}")
+    if "operator" in raw and "operators" in raw:
+        raise err(f"{where}: give either 'operator' (+ 'params') or 'operators', not both")
+    if "operators" in raw:
+        if "params" in raw:
+            raise err(f"{where}: 'params' belongs inside each entry of 'operators'")
+        lst = raw["operators"]
+        if not isinstance(lst, list) or not lst:
+            raise err(f"{where}: 'operators' must be a non-empty list of "
+                      "{operator: NAME, params: {...}}")
+        specs = [_op_spec(o, f"{where}: operators[{j}]", err) for j, o in enumerate(lst)]
+    elif "operator" in raw:
+        specs = [_op_spec({"operator": raw["operator"], "params": raw.get("params")}, where, err)]
+    else:
+        raise err(f"{where}: missing 'operator' (see `shiftwatch operators`)")
+    if build_operators:
+        for spec in specs:
+            try:
+                spec.build()
+            except ValueError as exc:
+                raise err(f"{where}: {str(exc).splitlines()[0]}") from None
+    value = raw.get("value", "value")
+    if not isinstance(value, str) or not value:
+        raise err(f"{where}: 'value' must be a field name (dotted for nested), got {value!r}")
+    key = raw.get("key")
+    if key is not None and (not isinstance(key, str) or not key):
+        raise err(f"{where}: 'key' must be a field name, got {key!r}")
+    dedupe = raw.get("dedupe", True)
+    if not isinstance(dedupe, bool):
+        raise err(f"{where}: 'dedupe' must be true or false, got {dedupe!r}")
+    sections = {sec: _section(raw.get(sec), sec, where, dict(defaults[sec]), err)
+                for sec in ("checkpoint", "batch", "consumer")}
+    c = sections["consumer"]
+    if c["session_timeout_ms"] <= c["heartbeat_interval_ms"]:
+        raise err(f"{where}: consumer.heartbeat_interval_ms must be below session_timeout_ms")
+    return StageConfig(name=name, input=inp, output=out, operators=specs, value=value, key=key,
+                       guarantee=_guarantee(raw.get("guarantee", guarantee), where, err),
+                       dedupe=dedupe, **sections)
+
+
+def _op_spec(o: Any, where: str, err) -> OperatorSpec:
+    if not isinstance(o, Mapping):
+        raise err(f"{where}: expected {{operator: NAME, params: {{...}}}}, got {o!r}")
+    _unknown(o, ("operator", "params"), where, err)
+    name = o.get("operator")
+    if not isinstance(name, str) or not name:
+        raise err(f"{where}: 'operator' must be an operator name (see `shiftwatch operators`)")
+    params = o.get("params") or {}
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise err(f"{where}: 'params' must be a mapping of parameter names to values")
+    return OperatorSpec(name=name, params=dict(params))

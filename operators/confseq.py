@@ -1,0 +1,615 @@
+"""Change detection by confidence sequences (Shekhar & Ramdas, ICML 2024), exact and fast.
+
+At every time ``m`` a level-(1 - alpha) confidence sequence (CS) ``C_{m,n}`` for a parameter
+of the stream is started; the detector alarms at the first ``n`` where the intersection of all
+CSs started so far (each made nested by running intersection) is empty. The intersection over
+all start times is computed exactly by the kernels of :mod:`operators.confseq_kernels`
+(convex hull of the prefix-sum walk, or a CUSUM recursion of the capital), so no CS is ever
+dropped unless ``prune`` asks for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from river import base as river_base
+
+from operators.base import (
+    BadInput,
+    DeadLetter,
+    Operator,
+    as_array,
+    as_scalar,
+    get_field,
+    register,
+)
+from operators.confseq_kernels import (
+    N_SCALARS,
+    S_ALARM,
+    S_BURN,
+    S_CENTER,
+    S_LOWER,
+    S_SCALE,
+    S_UPPER,
+    S_VAR,
+    cs_betting_run,
+    cs_hull_run,
+)
+
+__all__ = ["ConfSeqDetector", "ConfSeqOperator", "CS_CHOICES"]
+
+#: The confidence sequences a detector can use.
+CS_CHOICES = ("subgaussian", "hoeffding", "empirical-bernstein", "betting", "quantile")
+_HULL = ("subgaussian", "hoeffding", "empirical-bernstein")
+#: Number of lambda values in the union of the linear-boundary CSs (CS lengths 1 .. 4^9).
+N_LAMBDAS = 10
+#: Grid of means (betting) on [lower, upper] and bets per side.
+BET_GRID = 100
+BET_LAMBDAS = 4.0 * 0.5 ** np.arange(8)
+QUANTILE_LAMBDAS = 0.5 ** np.arange(6)
+_LOG_PI2_6 = math.log(math.pi ** 2 / 6.0)
+#: update_many runs the kernel over chunks of this many values.
+_CHUNK = 1 << 15
+
+
+class ConfSeqDetector(river_base.DriftDetector):
+    """Change detector that alarms when the confidence sequences started at all times disagree.
+
+    A River drift detector (``update``, ``drift_detected``) exposing ``interval``, the current
+    intersection ``(lower, upper)`` of all confidence sequences (CSs) started since the last
+    alarm. After an alarm the detector restarts on the next ``update``, as River's detectors
+    do. Without a change the average run length is at least ``1 / alpha``; with ``pfa=True``
+    the start at time ``m`` gets level ``alpha_m = 6 alpha / (pi^2 m^2)`` and the probability of
+    any false alarm is at most ``alpha``. Both hold whenever the CSs are valid.
+
+    Parameters
+    ----------
+    cs
+        The confidence sequence, one of:
+
+        * ``"subgaussian"``: the mean of a ``sigma``-sub-Gaussian stream. Union over a grid of
+          ``N_LAMBDAS`` fixed ``lambda_j`` (weights ``1/N_LAMBDAS``, ``alpha/2`` per side) of
+          ``mean >= mu_hat - lambda sigma^2 / 2 - log(2 J / alpha) / (lambda k)``; the grid is
+          tuned for CS lengths ``4^j``. Exact over all start times with a convex hull.
+          With ``sigma=None`` this is the **scale-free mode**: the location and scale are
+          estimated on the first ``burn_in`` values of each run (no alarm during the
+          burn-in), the data standardised with them and treated as 1-sub-Gaussian. Its
+          guarantee holds conditionally on the burn-in: if the standardised stream is
+          1-sub-Gaussian given the burn-in estimate.
+        * ``"hoeffding"``: the mean of data in ``[lower, upper]`` (Hoeffding's lemma, the
+          sub-Gaussian CS with ``sigma = (upper - lower) / 2``). The predictable plug-in
+          ``lambda_t`` of Waudby-Smith & Ramdas depends on the time since the start, which
+          would make every start time different; the fixed grid makes the bound linear in
+          partial sums and the max over starts exact.
+        * ``"empirical-bernstein"``: the mean of bounded data, Waudby-Smith & Ramdas'
+          empirical-Bernstein supermartingale for each fixed ``lambda_j`` in
+          ``0.75 * 2^-j``, with the predictable centre ``mu_hat_t = (1/2 + sum x) / (t + 1)``
+          of the current run shared by all start times; adapts to a small variance.
+        * ``"betting"``: hedged capital for the mean of bounded data on a grid of
+          ``BET_GRID`` means, union over the bets ``BET_LAMBDAS`` (truncated to keep the
+          capital positive). Capitals are shared by all start times (CUSUM recursion).
+        * ``"quantile"``: the ``quantile``-quantile (the median by default), from one-sided
+          betting CSs on ``1{x <= theta}`` for thresholds ``theta`` = the sorted values of a
+          burn-in of ``burn_in`` values (so it is scale-free and distribution-free; the
+          guarantee is exact given the burn-in). A quantile away from the median
+          (``quantile=0.9``) sees changes in spread, which leave the mean unchanged.
+    alpha
+        Level of each CS, in (0, 1): the average run length without change is >= 1/alpha.
+    sigma
+        ``"subgaussian"`` only: the sub-Gaussian scale, or ``None`` for the scale-free mode.
+    lower, upper
+        Bounds of the data for ``"hoeffding"``, ``"empirical-bernstein"`` and ``"betting"``.
+        A value outside them is rejected with :class:`~operators.base.BadInput`.
+    quantile
+        ``"quantile"`` only: the level ``p`` in (0, 1).
+    pfa
+        Use ``alpha_m = 6 alpha / (pi^2 m^2)`` for the CS started at the m-th observation of a
+        run, so that ``P(any false alarm) <= alpha``.
+    prune
+        ``None`` (exact: every start time is kept) or ``K``: keep only the CSs started at the
+        last ``K`` times, as the authors' code does with ``K = 500``. Dropping CSs keeps the
+        guarantees and only delays alarms. Linear-boundary CSs only.
+    burn_in
+        Values used for the scale (``"subgaussian"`` with ``sigma=None``) or the thresholds
+        (``"quantile"``) after each (re)start; ignored otherwise.
+
+    Notes
+    -----
+    ``update_many(xs)`` runs the same kernel over an array and returns the positions of the
+    alarms in ``xs``; it is identical to calling ``update`` in a loop. Non-finite values,
+    non-numbers and values out of ``[lower, upper]`` raise
+    :class:`~operators.base.BadInput` and leave the state untouched.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(1)
+    >>> x = np.r_[rng.normal(0, 1, 1000), rng.normal(1, 1, 1000)]
+    >>> det = ConfSeqDetector(cs="subgaussian", sigma=1.0, alpha=0.001)
+    >>> det.update_many(x).tolist()
+    [1032]
+    >>> det = ConfSeqDetector(cs="betting", alpha=0.001)
+    >>> beta = np.r_[rng.beta(2, 6, 1000), rng.beta(3.2, 4.8, 1000)]  # mean 0.25 -> 0.40
+    >>> for i, v in enumerate(beta):
+    ...     det.update(v)
+    ...     if det.drift_detected:
+    ...         print(i, [round(b, 2) for b in det.interval])
+    1058 [0.28, 0.28]
+
+    References
+    ----------
+    S. Shekhar and A. Ramdas. Reducing sequential change detection to sequential estimation.
+    ICML 2024.
+    """
+
+    def __init__(self, cs: str = "subgaussian", alpha: float = 0.001, sigma: float | None = None,
+                 lower: float = 0.0, upper: float = 1.0, quantile: float = 0.5,
+                 pfa: bool = False, prune: int | None = None, burn_in: int = 30):
+        super().__init__()
+        self.cs = cs
+        self.alpha = alpha
+        self.sigma = sigma
+        self.lower = lower
+        self.upper = upper
+        self.quantile = quantile
+        self.pfa = pfa
+        self.prune = prune
+        self.burn_in = burn_in
+        self._validate_params()
+        self._reset()
+
+    # ---- parameters -----------------------------------------------------------------
+
+    def _validate_params(self) -> None:
+        def number(name: str, v: Any) -> bool:
+            return (not isinstance(v, bool) and isinstance(v, (int, float, np.floating,
+                                                                np.integer))
+                    and math.isfinite(v))
+
+        if self.cs not in CS_CHOICES:
+            raise ValueError(f"cs must be one of {', '.join(map(repr, CS_CHOICES))}, "
+                             f"got {self.cs!r}")
+        if not number("alpha", self.alpha) or not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"alpha must be a number in (0, 1), got {self.alpha!r}")
+        if self.sigma is not None and (not number("sigma", self.sigma) or self.sigma <= 0):
+            raise ValueError(f"sigma must be a positive number or None (scale-free), "
+                             f"got {self.sigma!r}")
+        if self.sigma is not None and self.cs != "subgaussian":
+            raise ValueError(f"sigma applies to cs='subgaussian' only, got cs={self.cs!r}")
+        if not number("lower", self.lower) or not number("upper", self.upper) \
+                or not self.lower < self.upper:
+            raise ValueError(f"lower and upper must be finite numbers with lower < upper, got "
+                             f"{self.lower!r}, {self.upper!r}")
+        if not number("quantile", self.quantile) or not 0.0 < self.quantile < 1.0:
+            raise ValueError(f"quantile must be a number in (0, 1), got {self.quantile!r}")
+        if not isinstance(self.pfa, bool):
+            raise ValueError(f"pfa must be true or false, got {self.pfa!r}")
+        if self.prune is not None:
+            if isinstance(self.prune, bool) or not isinstance(self.prune, int) \
+                    or self.prune < 2:
+                raise ValueError(f"prune must be None (exact) or an integer >= 2, "
+                                 f"got {self.prune!r}")
+            if self.cs not in _HULL:
+                raise ValueError(f"prune is supported for cs in {', '.join(_HULL)}, "
+                                 f"not {self.cs!r}")
+        if isinstance(self.burn_in, bool) or not isinstance(self.burn_in, int) \
+                or self.burn_in < 2:
+            raise ValueError(f"burn_in must be an integer >= 2, got {self.burn_in!r}")
+
+    @property
+    def bounded(self) -> bool:
+        """True when values must lie in ``[lower, upper]``."""
+        return self.cs in ("hoeffding", "empirical-bernstein", "betting")
+
+    def _uses_burn_in(self) -> bool:
+        return self.cs == "quantile" or (self.cs == "subgaussian" and self.sigma is None)
+
+    # ---- state ----------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        super()._reset()
+        alpha = float(self.alpha)
+        scal = np.zeros(N_SCALARS)
+        scal[S_BURN] = self.burn_in if self._uses_burn_in() else 0
+        scal[S_CENTER], scal[S_SCALE] = 0.0, 1.0
+        self._scalars = scal
+        self._burn = np.zeros(self.burn_in if self._uses_burn_in() else 1)
+        extra = _LOG_PI2_6 if self.pfa else 0.0
+        if self.cs in _HULL:
+            j = np.arange(N_LAMBDAS, dtype=float)
+            c = math.log(2.0 * N_LAMBDAS / alpha) + extra
+            if self.cs == "empirical-bernstein":
+                lam = 0.75 * 0.5 ** j
+                drift = (-np.log1p(-lam) - lam) / lam
+                var = 0.0
+            else:
+                var = 1.0 if self.cs == "subgaussian" else 0.25
+                lam = np.sqrt(2.0 * c / (var * 4.0 ** j))
+                drift = lam / 2.0
+            self._grid = np.stack([lam, drift, c / lam])
+            scal[S_LOWER], scal[S_UPPER] = -np.inf, np.inf
+            scal[S_VAR] = var
+            if self.cs == "subgaussian" and self.sigma is not None:
+                scal[S_SCALE] = float(self.sigma)
+            elif self.cs != "subgaussian":
+                scal[S_CENTER] = float(self.lower)
+                scal[S_SCALE] = float(self.upper) - float(self.lower)
+            cap = 1 if self.prune else 16
+            # One hull per side serves every lambda when the kernel shares it (constant
+            # variance proxy, no pfa offsets): see cs_hull_run.
+            shared = self.cs != "empirical-bernstein" and not self.pfa
+            n_hulls = 1 if shared or self.prune else N_LAMBDAS
+            self._hull_x = np.zeros((2, n_hulls, cap))
+            self._hull_y = np.zeros((2, n_hulls, cap))
+            self._hull_size = np.zeros((2, N_LAMBDAS), dtype=np.int64)
+            self._walk = np.zeros((2, N_LAMBDAS))
+            k = self.prune or 1
+            self._ring_y = np.zeros((2, N_LAMBDAS, k))
+            self._ring_best = np.zeros((2, k))
+        else:
+            if self.cs == "betting":
+                theta = (np.arange(BET_GRID) + 0.5) / BET_GRID
+                lam = BET_LAMBDAS[:, None]
+                self._lam_plus = np.minimum(lam, 1.0 / (2.0 * theta))
+                self._lam_minus = np.minimum(lam, 1.0 / (2.0 * (1.0 - theta)))
+                scal[S_CENTER] = float(self.lower)
+                scal[S_SCALE] = float(self.upper) - float(self.lower)
+            else:
+                p = float(self.quantile)
+                theta = np.zeros(self.burn_in)
+                ones = np.ones(self.burn_in)
+                self._lam_plus = (QUANTILE_LAMBDAS / (2.0 * (1.0 - p)))[:, None] * ones
+                self._lam_minus = (QUANTILE_LAMBDAS / (2.0 * p))[:, None] * ones
+            self._theta = theta
+            scal[S_LOWER], scal[S_UPPER] = -1.0, theta.shape[0]
+            n_bets = self._lam_plus.shape[0]
+            self._log_thr = math.log(2.0 * n_bets / alpha) + extra
+            self._cap_plus = np.zeros_like(self._lam_plus)
+            self._cap_minus = np.zeros_like(self._lam_plus)
+        self._last = np.array([0.0, -np.inf, np.inf])
+        self._one = np.zeros(1)
+        self._hull = self.cs in _HULL
+        self._bounded = self.bounded
+        self._bernstein = self.cs == "empirical-bernstein"
+        self._quantile = self.cs == "quantile"
+        self._p = float(self.quantile)
+
+    #: Underscore attributes that are derived from the parameters, not learned.
+    _CONFIG = ("_grid", "_lam_plus", "_lam_minus", "_log_thr", "_drift_detected", "_one")
+
+    def state_dict(self) -> dict:
+        """The learned state: NumPy arrays only (a copy)."""
+        return {k: v.copy() for k, v in vars(self).items()
+                if k.startswith("_") and not k.startswith("__") and k not in self._CONFIG
+                and isinstance(v, np.ndarray)}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a state from :meth:`state_dict` of a detector with the same parameters."""
+        mine = self.state_dict()
+        if set(state) != set(mine):
+            raise ValueError(f"state_dict keys {sorted(state)} do not match {sorted(mine)}")
+        new = {}
+        for k, v in state.items():
+            arr = np.asarray(v)
+            if arr.dtype != mine[k].dtype or (arr.shape != mine[k].shape
+                                              and k not in ("_hull_x", "_hull_y")):
+                raise ValueError(f"state_dict entry {k} has the wrong dtype or shape")
+            new[k] = arr.copy()
+        for k, v in new.items():
+            setattr(self, k, v)
+
+    # ---- updating -------------------------------------------------------------------
+
+    def _check(self, x: Any) -> float:
+        v = as_scalar(x)
+        if self.bounded and not self.lower <= v <= self.upper:
+            raise BadInput(f"value {v} is outside [lower, upper] = [{self.lower}, {self.upper}]")
+        return v
+
+    def _check_many(self, xs: Any) -> np.ndarray:
+        try:
+            arr = np.ascontiguousarray(np.asarray(xs, dtype=np.float64).reshape(-1))
+        except (TypeError, ValueError):
+            raise BadInput("values are not a numeric array") from None
+        if not np.all(np.isfinite(arr)):
+            raise BadInput(f"value at position {int(np.flatnonzero(~np.isfinite(arr))[0])} "
+                           "is not finite")
+        if self.bounded:
+            bad = np.flatnonzero((arr < self.lower) | (arr > self.upper))
+            if bad.size:
+                raise BadInput(f"value {arr[bad[0]]} at position {int(bad[0])} is outside "
+                               f"[lower, upper] = [{self.lower}, {self.upper}]")
+        return arr
+
+    def _run(self, xs: np.ndarray) -> np.ndarray:
+        """Feed checked values; return ``out`` with rows alarm, lower, upper."""
+        out = np.empty((3, xs.shape[0]))
+        if xs.shape[0] == 0:
+            return out
+        if self.cs in _HULL:
+            done = 0
+            while True:
+                done = cs_hull_run(xs, done, self.cs == "empirical-bernstein", self.pfa,
+                                   self._grid, self._hull_x, self._hull_y, self._hull_size,
+                                   self._walk, self._scalars, self._burn, self._ring_y,
+                                   self._ring_best, out)
+                if done == xs.shape[0]:
+                    break
+                self._grow()
+        else:
+            cs_betting_run(xs, 0, self.cs == "quantile", float(self.quantile), self.pfa,
+                           self._theta, self._lam_plus, self._lam_minus, self._log_thr,
+                           self._cap_plus, self._cap_minus, self._scalars, self._burn, out)
+        self._last = out[:, -1].copy()
+        return out
+
+    def _grow(self) -> None:
+        cap = self._hull_x.shape[2]
+        for name in ("_hull_x", "_hull_y"):
+            old = getattr(self, name)
+            new = np.zeros((2, old.shape[1], 2 * cap))
+            new[:, :, :cap] = old
+            setattr(self, name, new)
+
+    def update(self, x: float) -> None:
+        """Update with one value (a number); raises BadInput for bad values."""
+        if type(x) is not float or x - x != 0.0 or (
+                self._bounded and not self.lower <= x <= self.upper):
+            x = self._check(x)
+        one = self._one
+        one[0] = x
+        out = self._last.reshape(3, 1)
+        if self._hull:
+            while cs_hull_run(one, 0, self._bernstein, self.pfa, self._grid, self._hull_x,
+                              self._hull_y, self._hull_size, self._walk, self._scalars,
+                              self._burn, self._ring_y, self._ring_best, out) == 0:
+                self._grow()
+        else:
+            cs_betting_run(one, 0, self._quantile, self._p, self.pfa, self._theta,
+                           self._lam_plus, self._lam_minus, self._log_thr, self._cap_plus,
+                           self._cap_minus, self._scalars, self._burn, out)
+
+    def update_many(self, xs: Iterable[float]) -> np.ndarray:
+        """Update with every value of ``xs``; return the positions of the alarms in ``xs``.
+
+        Identical to calling :meth:`update` in a loop. The whole array is checked first: a
+        bad value raises BadInput before any value is used.
+        """
+        arr = self._check_many(xs)
+        alarms = [np.zeros(0, dtype=np.int64)]
+        for start in range(0, arr.shape[0], _CHUNK):  # bounded output buffers
+            out = self._run(arr[start:start + _CHUNK])
+            alarms.append(np.flatnonzero(out[0] != 0.0) + start)
+        return np.concatenate(alarms)
+
+    @property
+    def drift_detected(self) -> bool:
+        """Whether the last update raised an alarm."""
+        return bool(self._scalars[S_ALARM] != 0.0)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """``(lower, upper)``: the intersection of the CSs after the last update.
+
+        ``(-inf, inf)`` before the first value (and during a burn-in); empty
+        (``lower > upper``, or equal edges for the grid-based CSs) right after an alarm.
+        """
+        return float(self._last[1]), float(self._last[2])
+
+    @property
+    def memory_items(self) -> int:
+        """Number of stored start-time summaries (hull points, ring entries or grid cells)."""
+        if self.cs in _HULL:
+            return int(self._hull_size.sum()) if not self.prune else self._ring_y.size
+        return int(self._cap_plus.size + self._cap_minus.size)
+
+
+@register("cs")
+class ConfSeqOperator(Operator):
+    """Confidence-sequence change detection (Shekhar & Ramdas 2024) as a stream operator.
+
+    Reads ``field`` (a number, or a vector of numbers) and runs a :class:`ConfSeqDetector` on
+    it; every input gives one output with ``alarm``, ``lower`` and ``upper`` (the current
+    intersection of the CSs, ``None`` while unbounded, e.g. during a burn-in). A vector value
+    of length ``d`` runs one detector per coordinate, each at level ``alpha / d`` (a union
+    bound, so the vector detector keeps the ``1/alpha`` run length and ``pfa`` guarantees);
+    ``alarm`` is then true when any coordinate alarms, ``lower``/``upper`` are lists and
+    ``coordinates`` lists the coordinates that alarmed. The first record fixes the shape.
+    Bad values (NaN, non-numbers, outside ``[lower, upper]`` for the bounded CSs, another
+    shape) raise :class:`~operators.base.BadInput` and become dead letters.
+
+    Parameters are those of :class:`ConfSeqDetector` plus ``field`` (dotted path). The
+    default is the scale-free sub-Gaussian CS (``sigma=None``, scale learned on a burn-in).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from operators import create
+    >>> rng = np.random.default_rng(3)
+    >>> x = np.r_[rng.normal(5, 2, 300), rng.normal(9, 2, 300)]
+    >>> outs = create("cs", alpha=0.01).process_batch(
+    ...     [{"ts": i, "value": float(v)} for i, v in enumerate(x)])
+    >>> [o["ts"] for o in outs if o["alarm"]]
+    [310]
+    """
+
+    input_kind: ClassVar[str] = "scalar or vector (one detector per coordinate, alpha split)"
+
+    def __init__(self, field: str = "value", cs: str = "subgaussian", alpha: float = 0.001,
+                 sigma: float | None = None, lower: float = 0.0, upper: float = 1.0,
+                 quantile: float = 0.5, pfa: bool = False, prune: int | None = None,
+                 burn_in: int = 30):
+        self.field = field
+        self.cs = cs
+        self.alpha = alpha
+        self.sigma = sigma
+        self.lower = lower
+        self.upper = upper
+        self.quantile = quantile
+        self.pfa = pfa
+        self.prune = prune
+        self.burn_in = burn_in
+        self._validate_params()
+        self._reset()
+
+    def _detector_params(self) -> dict:
+        return {k: v for k, v in self._get_params().items() if k != "field"}
+
+    def _validate_params(self) -> None:
+        if not isinstance(self.field, str) or not self.field or "" in self.field.split("."):
+            raise ValueError(f"field must be a dotted path such as 'value', got {self.field!r}")
+        ConfSeqDetector(**self._detector_params())
+
+    def _reset(self) -> None:
+        self._shape: list | None = None
+        self._detectors: list[ConfSeqDetector] = []
+
+    def _make(self, shape: tuple) -> None:
+        d = shape[0] if shape else 1
+        params = self._detector_params()
+        params["alpha"] = float(self.alpha) / d
+        self._detectors = [ConfSeqDetector(**params) for _ in range(d)]
+        self._shape = list(shape)
+
+    def state_dict(self) -> dict:
+        return {"operator": self.name,
+                "state": {"shape": None if self._shape is None else list(self._shape),
+                          "detectors": [d.state_dict() for d in self._detectors]}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping):
+            raise ValueError("state_dict has no 'state' entry")
+        if state.get("operator", self.name) != self.name:
+            raise ValueError(f"state_dict is for operator {state.get('operator')!r}, "
+                             f"not {self.name!r}")
+        inner = state["state"]
+        self._reset()
+        if inner.get("shape") is None:
+            return
+        self._make(tuple(int(s) for s in inner["shape"]))
+        docs = inner.get("detectors") or []
+        if len(docs) != len(self._detectors):
+            raise ValueError("state_dict holds the wrong number of detectors")
+        for det, doc in zip(self._detectors, docs, strict=True):
+            det.load_state_dict(doc)
+
+    # ---- processing -----------------------------------------------------------------
+
+    def _read(self, record: Mapping) -> tuple[tuple, np.ndarray]:
+        raw = get_field(record, self.field)
+        if isinstance(raw, (list, tuple, np.ndarray)):
+            value = as_array(raw, ndim=1, name=self.field)
+            if value.size == 0:
+                raise BadInput(f"{self.field} is an empty vector")
+            shape: tuple = value.shape
+        else:
+            value = np.array([as_scalar(raw, self.field)])
+            shape = ()
+        if self._shape is not None and tuple(self._shape) != shape:
+            raise BadInput(f"{self.field} has shape {shape}, expected {tuple(self._shape)} "
+                           "(fixed by the first record)")
+        probe = ConfSeqDetector.__new__(ConfSeqDetector)
+        probe.cs, probe.lower, probe.upper = self.cs, self.lower, self.upper
+        if probe.bounded and np.any((value < self.lower) | (value > self.upper)):
+            raise BadInput(f"{self.field} {value.tolist() if shape else value[0]} is outside "
+                           f"[lower, upper] = [{self.lower}, {self.upper}]")
+        return shape, value
+
+    @staticmethod
+    def _edge(v: float) -> float | None:
+        return v if math.isfinite(v) else None
+
+    def _outputs(self, records: list[Mapping], outs: list[np.ndarray], vector: bool) -> list:
+        result = []
+        edge = self._edge
+        for i, record in enumerate(records):
+            if not vector:
+                o = outs[0]
+                result.append(self._output(record, alarm=bool(o[0, i] != 0.0),
+                                           lower=edge(float(o[1, i])),
+                                           upper=edge(float(o[2, i]))))
+            else:
+                coords = [c for c, o in enumerate(outs) if o[0, i] != 0.0]
+                result.append(self._output(
+                    record, alarm=bool(coords),
+                    lower=[edge(float(o[1, i])) for o in outs],
+                    upper=[edge(float(o[2, i])) for o in outs], coordinates=coords))
+        return result
+
+    def process(self, record: Mapping) -> list[dict]:
+        shape, value = self._read(record)
+        if self._shape is None:
+            self._make(shape)
+        outs = [d._run(value[c:c + 1]) for c, d in enumerate(self._detectors)]
+        return self._outputs([record], outs, bool(shape))
+
+    def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
+        """Same outputs as :meth:`process` in a loop; the detectors run once over the batch."""
+        records = list(records)
+        good: list[Mapping] = []
+        values: list[np.ndarray] = []
+        slots: list[Any] = []  # a DeadLetter, or None for the next good record
+        for record in records:
+            try:
+                shape, value = self._read(record)
+            except BadInput as exc:
+                slots.append(self._dead_letter(record, exc))
+                continue
+            if self._shape is None:
+                self._make(shape)
+            good.append(record)
+            values.append(value)
+            slots.append(None)
+        if good:
+            matrix = np.vstack(values)
+            outs = [d._run(np.ascontiguousarray(matrix[:, c]))
+                    for c, d in enumerate(self._detectors)]
+            produced = iter(self._outputs(good, outs, bool(self._shape)))
+        else:
+            produced = iter(())
+        return [next(produced) if s is None else s for s in slots]
+
+    # ---- hooks for the check suite ----------------------------------------------------
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict]:
+        yield {}
+        yield {"cs": "subgaussian", "sigma": 1.0, "pfa": True, "field": "meta.x"}
+        yield {"cs": "hoeffding", "lower": -4.0, "upper": 8.0, "prune": 50}
+        yield {"cs": "empirical-bernstein", "lower": -4.0, "upper": 8.0}
+        yield {"cs": "betting", "lower": -4.0, "upper": 8.0, "alpha": 0.05}
+        yield {"cs": "quantile", "quantile": 0.5, "burn_in": 20}
+
+    @classmethod
+    def _test_stream(cls, params: dict, n: int = 300, seed: int = 0) -> list[dict]:
+        rng = np.random.default_rng(seed)
+        vector = params.get("field") == "meta.x"
+        x = rng.normal(0.0, 1.0, (n, 3) if vector else n)
+        x[n // 2:] += 3.0
+        x = np.clip(x, -3.9, 7.9)
+        records = []
+        for i in range(n):
+            rec: dict = {"key": "k", "ts": float(i), "offset": i}
+            if vector:
+                rec["meta"] = {"x": x[i].tolist()}
+            else:
+                rec["value"] = float(x[i])
+            records.append(rec)
+        return records
+
+    @classmethod
+    def _bad_records(cls, params: dict) -> list[dict]:
+        vector = params.get("field") == "meta.x"
+
+        def rec(v: Any) -> dict:
+            return {"key": "k", "meta": {"x": v}} if vector else {"key": "k", "value": v}
+
+        bad = [rec(float("nan")), rec("abc"), {"key": "k"}, rec([[1.0, 2.0], [3.0]]),
+               rec(None), rec({"a": 1}), "not a record"]
+        bad += [rec([1.0, 0.0])] if vector else [rec([1.0, 0.0]), rec(float("inf"))]
+        if "upper" in params:
+            bad.append(rec(params["upper"] + 1.0))
+        return bad

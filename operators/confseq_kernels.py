@@ -1,0 +1,323 @@
+"""Numba kernels of :mod:`operators.confseq`: the exact max/min over all start times.
+
+Two families, each a plain ``@njit(cache=True)`` function that consumes a whole array of
+observations and mutates state arrays owned by a :class:`~operators.confseq.ConfSeqDetector`.
+
+* :func:`cs_hull_run` — confidence sequences whose bound, for each ``lambda_j`` of a fixed
+  grid, is linear in partial sums (sub-Gaussian, Hoeffding, empirical Bernstein). The bound of
+  the CS started at ``m`` is the slope from ``(n, W_n - d_j)`` to the point
+  ``(m - 1, W_{m-1} + pen(m) / lambda_j)`` of a walk ``W``; the maximum over ``m`` is a
+  maximum-slope (tangent) query on the lower convex hull of those points (FOCuS, Romano et
+  al. 2023): amortised O(1) insertion, O(log h) query, ``h`` = hull size (O(log n) expected
+  for a random walk). With a constant variance proxy and no ``pfa`` offsets the walks of all
+  ``lambda_j`` differ by a linear drift, which leaves the hull unchanged, so one hull per side
+  serves the whole grid; otherwise each ``lambda_j`` has its own. With ``prune = K`` it
+  instead scans the last ``K`` starts, keeping each start's own running intersection.
+* :func:`cs_betting_run` — hedged-capital (betting) CSs for the mean and the one-sided
+  betting CSs of a quantile, on a grid of ``theta``. With bets shared across start times the
+  maximum capital over start times obeys the CUSUM recursion
+  ``W_n = max(W_{n-1}, s_n) (1 + lambda (X_n - theta))`` (``s_n = 1``, or ``1/n^2`` for the
+  ``alpha_m = 6 alpha / (pi^2 m^2)`` variant), O(grid) per step, independent of ``n``.
+
+Both return the number of observations consumed: less than ``len(xs)`` only when a hull
+array is full, in which case the caller grows it and calls again from there.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+__all__ = ["cs_hull_run", "cs_betting_run", "hull_max_slope",
+           "S_N", "S_LOWER", "S_UPPER", "S_SUM", "S_ALARM", "S_NBURN", "S_CENTER", "S_SCALE",
+           "S_VAR", "S_BURN", "N_SCALARS"]
+
+# Layout of the scalar state vector shared by both kernels.
+S_N = 0        # observations in the current run (after the burn-in)
+S_LOWER = 1    # running max of lower bounds (hull) / index of the highest excluded theta (bet)
+S_UPPER = 2    # running min of upper bounds (hull) / index of the lowest excluded theta (bet)
+S_SUM = 3      # sum of the standardised observations (empirical-Bernstein mean estimate)
+S_ALARM = 4    # 1.0 when the last observation raised an alarm (restart on the next one)
+S_NBURN = 5    # values collected in the current burn-in
+S_CENTER = 6   # location subtracted before the CS (fixed, or learned on the burn-in)
+S_SCALE = 7    # scale divided by (fixed, or learned on the burn-in)
+S_VAR = 8      # sub-Gaussian variance proxy of the standardised values (constant-v modes)
+S_BURN = 9     # burn-in length (0: none)
+N_SCALARS = 10
+
+
+@njit(cache=True)
+def hull_max_slope(hx, hy, h, qx, qy):
+    """Max over hull points k of (qy - hy[k]) / (qx - hx[k]), by binary search.
+
+    The points form a lower convex hull with increasing x, all left of ``qx``, so the slope
+    is unimodal along the hull.
+    """
+    lo = 0
+    hi = h - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        # slope(mid) < slope(mid + 1), cross-multiplied (both run lengths are positive)
+        if (qy - hy[mid]) * (qx - hx[mid + 1]) < (qy - hy[mid + 1]) * (qx - hx[mid]):
+            lo = mid + 1
+        else:
+            hi = mid
+    return (qy - hy[lo]) / (qx - hx[lo])
+
+
+@njit(cache=True)
+def _finish_burn_in(scal, burn, scale_from_burn):
+    nb = int(scal[S_NBURN])
+    mean = 0.0
+    for k in range(nb):
+        mean += burn[k]
+    mean /= nb
+    if scale_from_burn:
+        ss = 0.0
+        for k in range(nb):
+            ss += (burn[k] - mean) ** 2
+        sd = math.sqrt(ss / (nb - 1))
+        scal[S_CENTER] = mean
+        scal[S_SCALE] = max(sd, 1e-12 * max(1.0, abs(mean)))
+
+
+@njit(cache=True)
+def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk, scal, burn,
+                ring_y, ring_best, out):
+    """Run the linear-boundary CS detector over ``xs[start:]``; return the count consumed.
+
+    ``grid[0]`` holds ``lambda_j``, ``grid[1]`` the drift coefficient ``a_j`` (the walk of side
+    ``s`` moves by ``sign_s z - a_j v``), ``grid[2]`` the query offset ``d_j = c_j / lambda_j``.
+    ``v`` is ``scal[S_VAR]`` or, with ``bernstein``, ``(z - mu_hat)^2`` with the predictable
+    ``mu_hat = (1/2 + sum z) / n``. Side 0 gives lower bounds, side 1 upper bounds (negated
+    walk). ``ring_y.shape[2] > 1`` selects the pruned scan over the last ``ring_y.shape[2]``
+    starts. ``out[0, i]`` is 1.0 at an alarm, ``out[1:3, i]`` the interval (data units).
+    """
+    n_grid = grid.shape[1]
+    cap = hull_x.shape[2]
+    prune = ring_y.shape[2]
+    pruned = prune > 1
+    # With a constant v and no pfa offsets the walks of all lambda_j differ by a linear drift,
+    # which does not change which points are on the hull: one hull per side serves all j.
+    shared = (not bernstein) and (not pfa) and (not pruned)
+    n_burn = int(scal[S_BURN])
+    i = start
+    while i < xs.shape[0]:
+        x = xs[i]
+        if scal[S_ALARM] != 0.0:  # restart after an alarm, as River detectors do
+            scal[S_ALARM] = 0.0
+            scal[S_N] = 0.0
+            scal[S_LOWER] = -np.inf
+            scal[S_UPPER] = np.inf
+            scal[S_SUM] = 0.0
+            hull_size[:, :] = 0
+            walk[:, :] = 0.0
+            if n_burn > 0:
+                scal[S_NBURN] = 0.0
+        if scal[S_NBURN] < n_burn:
+            burn[int(scal[S_NBURN])] = x
+            scal[S_NBURN] += 1.0
+            if scal[S_NBURN] == n_burn:
+                _finish_burn_in(scal, burn, True)
+            out[0, i] = 0.0
+            out[1, i] = -np.inf
+            out[2, i] = np.inf
+            i += 1
+            continue
+        if not pruned:
+            full = False
+            for s in range(2):
+                for j in range(n_grid):
+                    if hull_size[s, j] >= cap:
+                        full = True
+            if full:
+                return i
+        z = (x - scal[S_CENTER]) / scal[S_SCALE]
+        n = scal[S_N] + 1.0
+        scal[S_N] = n
+        pen = 2.0 * math.log(n) if pfa else 0.0
+        if bernstein:
+            mu = (0.5 + scal[S_SUM]) / n
+            v = (z - mu) * (z - mu)
+        else:
+            v = scal[S_VAR]
+        scal[S_SUM] += z
+        px = n - 1.0
+        slot = int(px) % prune
+        for s in range(2):
+            sign = 1.0 - 2.0 * s
+            best = -np.inf
+            if shared:
+                # walk[s, 0] is the plain walk sum(sign z); the hull is of its points.
+                h = hull_size[s, 0]
+                hx = hull_x[s, 0]
+                hy = hull_y[s, 0]
+                py = walk[s, 0]
+                while h >= 2 and ((hx[h - 1] - hx[h - 2]) * (py - hy[h - 2])
+                                  - (hy[h - 1] - hy[h - 2]) * (px - hx[h - 2])) <= 0.0:
+                    h -= 1
+                hx[h] = px
+                hy[h] = py
+                h += 1
+                hull_size[s, 0] = h
+                walk[s, 0] += sign * z
+                for j in range(n_grid):
+                    b = hull_max_slope(hx, hy, h, n, walk[s, 0] - grid[2, j]) - grid[1, j] * v
+                    if b > best:
+                        best = b
+            for j in range(n_grid if not shared else 0):
+                lam = grid[0, j]
+                py = walk[s, j] + pen / lam
+                walk[s, j] += sign * z - grid[1, j] * v
+                qy = walk[s, j] - grid[2, j]
+                if pruned:
+                    ring_y[s, j, slot] = py
+                else:
+                    h = hull_size[s, j]
+                    hx = hull_x[s, j]
+                    hy = hull_y[s, j]
+                    # Monotone chain: drop points that are not strictly convex from below.
+                    while h >= 2 and ((hx[h - 1] - hx[h - 2]) * (py - hy[h - 2])
+                                      - (hy[h - 1] - hy[h - 2]) * (px - hx[h - 2])) <= 0.0:
+                        h -= 1
+                    hx[h] = px
+                    hy[h] = py
+                    h += 1
+                    hull_size[s, j] = h
+                    b = hull_max_slope(hx, hy, h, n, qy)
+                    if b > best:
+                        best = b
+            if pruned:
+                ring_best[s, slot] = -np.inf
+                active = int(min(n, prune))
+                best = -np.inf
+                for k in range(active):
+                    p = n - 1.0 - k
+                    sl = int(p) % prune
+                    b_start = -np.inf
+                    for j in range(n_grid):
+                        b = (walk[s, j] - grid[2, j] - ring_y[s, j, sl]) / (n - p)
+                        if b > b_start:
+                            b_start = b
+                    if b_start > ring_best[s, sl]:
+                        ring_best[s, sl] = b_start
+                    if ring_best[s, sl] > best:
+                        best = ring_best[s, sl]
+                if s == 0:
+                    scal[S_LOWER] = best
+                else:
+                    scal[S_UPPER] = -best
+            else:
+                if s == 0:
+                    if best > scal[S_LOWER]:
+                        scal[S_LOWER] = best
+                else:
+                    if -best < scal[S_UPPER]:
+                        scal[S_UPPER] = -best
+        lower = scal[S_LOWER]
+        upper = scal[S_UPPER]
+        out[1, i] = scal[S_CENTER] + scal[S_SCALE] * lower
+        out[2, i] = scal[S_CENTER] + scal[S_SCALE] * upper
+        if lower > upper:
+            scal[S_ALARM] = 1.0
+            out[0, i] = 1.0
+        else:
+            out[0, i] = 0.0
+        i += 1
+    return i
+
+
+@njit(cache=True)
+def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_thr, cap_plus,
+                   cap_minus, scal, burn, out):
+    """Run the betting CS detector over ``xs[start:]``; return the count consumed.
+
+    Mean (``quantile=False``): ``z = (x - center) / scale`` in [0, 1]; side + bets
+    ``1 + lambda (z - theta_g)`` (large capital excludes every mean <= theta_g), side - bets
+    ``1 - lambda (z - theta_g)``. Quantile: thresholds ``theta_g`` come from the sorted burn-in
+    values; side + bets ``1 + lambda (p - 1{x <= theta_g})`` against ``q_p <= theta_g``, side -
+    bets ``1 + lambda (1{x < theta_g} - p)`` against ``q_p >= theta_g``. Both capitals are
+    monotone in ``theta``, so the excluded set on each side is a half-line and the state keeps
+    the index of its edge (``scal[S_LOWER]``, ``scal[S_UPPER]``). Capitals are compared with
+    ``exp(log_thr)`` (union over the bets, hedged: ``2 n_bets / alpha``).
+    """
+    n_theta = theta.shape[0]
+    n_bets = lam_plus.shape[0]
+    thr = math.exp(log_thr)
+    n_burn = int(scal[S_BURN])
+    i = start
+    while i < xs.shape[0]:
+        x = xs[i]
+        if scal[S_ALARM] != 0.0:
+            scal[S_ALARM] = 0.0
+            scal[S_N] = 0.0
+            scal[S_LOWER] = -1.0
+            scal[S_UPPER] = n_theta
+            cap_plus[:, :] = 0.0
+            cap_minus[:, :] = 0.0
+            if n_burn > 0:
+                scal[S_NBURN] = 0.0
+        if scal[S_NBURN] < n_burn:
+            burn[int(scal[S_NBURN])] = x
+            scal[S_NBURN] += 1.0
+            if scal[S_NBURN] == n_burn:
+                theta[:] = np.sort(burn)
+            out[0, i] = 0.0
+            out[1, i] = -np.inf
+            out[2, i] = np.inf
+            i += 1
+            continue
+        n = scal[S_N] + 1.0
+        scal[S_N] = n
+        floor = 1.0 / (n * n) if pfa else 1.0
+        z = x if quantile else (x - scal[S_CENTER]) / scal[S_SCALE]
+        lo = int(scal[S_LOWER])
+        hi = int(scal[S_UPPER])
+        new_lo = lo
+        for g in range(lo + 1, n_theta):
+            th = theta[g]
+            if quantile:
+                e = p - (1.0 if z <= th else 0.0)
+            else:
+                e = z - th
+            for b in range(n_bets):
+                w = cap_plus[b, g]
+                if w < floor:
+                    w = floor
+                w *= 1.0 + lam_plus[b, g] * e
+                cap_plus[b, g] = w
+                if w >= thr and g > new_lo:
+                    new_lo = g
+        new_hi = hi
+        for g in range(hi - 1, -1, -1):
+            th = theta[g]
+            if quantile:
+                e = (1.0 if z < th else 0.0) - p
+            else:
+                e = th - z
+            for b in range(n_bets):
+                w = cap_minus[b, g]
+                if w < floor:
+                    w = floor
+                w *= 1.0 + lam_minus[b, g] * e
+                cap_minus[b, g] = w
+                if w >= thr and g < new_hi:
+                    new_hi = g
+        scal[S_LOWER] = new_lo
+        scal[S_UPPER] = new_hi
+        if quantile:
+            out[1, i] = theta[new_lo] if new_lo >= 0 else -np.inf
+            out[2, i] = theta[new_hi] if new_hi < n_theta else np.inf
+        else:
+            out[1, i] = scal[S_CENTER] + scal[S_SCALE] * (theta[new_lo] if new_lo >= 0 else 0.0)
+            out[2, i] = scal[S_CENTER] + scal[S_SCALE] * (
+                theta[new_hi] if new_hi < n_theta else 1.0)
+        if new_lo >= new_hi:
+            scal[S_ALARM] = 1.0
+            out[0, i] = 1.0
+        else:
+            out[0, i] = 0.0
+        i += 1
+    return i

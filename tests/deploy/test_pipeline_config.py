@@ -1,0 +1,103 @@
+"""Pipeline files: validation errors are one line and come before anything is consumed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploy.cli import main
+from deploy.pipeline import PipelineError, load_pipeline, parse_pipeline
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").glob("*.yaml"))
+
+GOOD = {"pipeline": "p", "kafka": {"bootstrap_servers": "k:9092"},
+        "stages": [{"name": "s", "input": "in", "output": "out", "operator": "river:ADWIN"}]}
+
+
+def _with(stage_changes=None, **top):
+    d = yaml.safe_load(yaml.safe_dump(GOOD))
+    d.update(top)
+    if stage_changes:
+        d["stages"][0].update(stage_changes)
+    return d
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_are_valid(path):
+    cfg = load_pipeline(path)
+    assert cfg.stages
+    for stage in cfg.stages:
+        for spec in stage.operators:
+            spec.build()
+
+
+def test_examples_exist():
+    assert len(EXAMPLES) >= 2
+
+
+@pytest.mark.parametrize("data, message", [
+    (_with({"oprator": "x"}), "stages[0] (s): unknown key 'oprator'"),
+    (_with(extra=1), "top level: unknown key 'extra'"),
+    (_with({"operator": "nope"}), "stages[0] (s): unknown operator 'nope'"),
+    (_with({"operator": "standardize", "params": {"burn_in": 1}}),
+     "stages[0] (s): burn_in must be an integer >= 2"),
+    (_with({"params": {"deltaa": 1}}), "has no parameter 'deltaa'"),
+    (_with({"input": None}), "missing 'input' topic"),
+    (_with({"output": "in"}), "input and output are the same topic"),
+    (_with({"guarantee": "at-most-once"}), "guarantee must be one of"),
+    (_with({"checkpoint": {"every_records": 0}}), "checkpoint.every_records must be"),
+    (_with({"batch": {"size": 3}}), "batch: unknown key 'size'"),
+    (_with(kafka={"bootstrap_servers": "x", "sasl_pasword": "p"}),
+     "kafka: unknown key 'sasl_pasword'"),
+    (_with(stages=[]), "'stages' must be a non-empty list"),
+    (_with(pipeline="bad name"), "'pipeline' must be a name"),
+    (_with(stages=[GOOD["stages"][0], GOOD["stages"][0]]), "duplicate stage name 's'"),
+    (_with({"operator": None, "operators": [{"operator": "river:ADWIN"}]}),
+     "either 'operator'"),
+])
+def test_bad_pipelines_give_one_line(data, message):
+    with pytest.raises(PipelineError) as info:
+        parse_pipeline(data, source="p.yaml")
+    text = str(info.value)
+    assert message in text
+    assert text.startswith("p.yaml: ") and "\n" not in text
+
+
+def test_security_settings_and_env_pass_through(monkeypatch):
+    monkeypatch.setenv("KAFKA_PW", "s3cret")
+    cfg = parse_pipeline(_with(kafka={
+        "bootstrap_servers": "${BOOT:-b:9093}", "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN", "sasl_plain_username": "u",
+        "sasl_plain_password": "${KAFKA_PW}", "ssl_cafile": "/ca.pem"}))
+    assert cfg.kafka == {"bootstrap_servers": "b:9093", "security_protocol": "SASL_SSL",
+                         "sasl_mechanism": "PLAIN", "sasl_plain_username": "u",
+                         "sasl_plain_password": "s3cret", "ssl_cafile": "/ca.pem"}
+    monkeypatch.delenv("KAFKA_PW")
+    with pytest.raises(PipelineError, match="environment variable KAFKA_PW is not set"):
+        parse_pipeline(_with(kafka={"sasl_plain_password": "${KAFKA_PW}"}))
+
+
+def test_stage_defaults_and_names():
+    cfg = parse_pipeline(_with({"checkpoint": {"every_records": 7}},
+                               guarantee="exactly-once"))
+    s = cfg.stages[0]
+    assert s.guarantee == "exactly-once" and s.checkpoint["every_records"] == 7
+    assert s.checkpoint["every_seconds"] == 10.0
+    assert cfg.changelog_topic(s) == "p.s.changelog" and cfg.group_id(s) == "p.s"
+    with pytest.raises(PipelineError, match="no stage 'x'"):
+        cfg.stage("x")
+
+
+def test_cli_run_bad_file_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(_with({"operator": "river:ADWIN", "params": {"x": 1}})))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no parameter 'x'" in err[0]
+    path.write_text("stages: [\n")
+    assert main(["run", str(path)]) == 2
+    assert "invalid YAML" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "none.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err

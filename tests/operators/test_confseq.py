@@ -1,0 +1,362 @@
+"""ConfSeqDetector: exactness against a brute-force reference, API, and its statistical promises."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from operators import BadInput, create
+from operators.confseq import CS_CHOICES, ConfSeqDetector
+
+# --------------------------------------------------------------------------------------
+# Brute-force reference: every start time, plain NumPy, O(n) work per step.
+# --------------------------------------------------------------------------------------
+
+
+def brute_hull(det: ConfSeqDetector, xs: np.ndarray) -> list[int]:
+    """Alarms of the linear-boundary CS detector, from the formulas, over all start times."""
+    lam, drift, offset = det._grid
+    bern = det.cs == "empirical-bernstein"
+    var = det._scalars[8]
+    burn_n = det.burn_in if det._uses_burn_in() else 0
+    fixed_center, fixed_scale = det._scalars[6], det._scalars[7]
+    alarms, run, burn = [], [], []
+    center, scale = fixed_center, fixed_scale
+    lower, upper = -np.inf, np.inf
+    best_start = None
+    for t, x in enumerate(xs):
+        if len(burn) < burn_n:
+            burn.append(x)
+            if len(burn) == burn_n:
+                b = np.array(burn)
+                center, scale = b.mean(), max(b.std(ddof=1), 1e-12 * max(1, abs(b.mean())))
+            continue
+        run.append((x - center) / scale)
+        z = np.array(run)
+        n = len(z)
+        if bern:
+            sums = np.concatenate([[0.0], np.cumsum(z)[:-1]])
+            v = (z - (0.5 + sums) / np.arange(1, n + 1)) ** 2
+        else:
+            v = np.full(n, var)
+        m = np.arange(1, n + 1)
+        pen = 2.0 * np.log(m) if det.pfa else np.zeros(n)
+        bounds = []
+        for sign in (1.0, -1.0):
+            per_start = np.full(n, -np.inf)
+            for j in range(len(lam)):
+                walk = np.concatenate([[0.0], np.cumsum(sign * z - drift[j] * v)])
+                slopes = (walk[n] - offset[j] - (walk[:n] + pen / lam[j])) / (n - (m - 1.0))
+                per_start = np.maximum(per_start, slopes)
+            bounds.append(per_start)
+        if det.prune:
+            # Each start keeps its own running intersection; only the last K are active.
+            if best_start is None:
+                best_start = [[], []]
+            for s in range(2):
+                best_start[s].append(-np.inf)
+                best_start[s] = list(np.maximum(best_start[s], bounds[s]))
+            k = det.prune
+            lower = max(best_start[0][-k:])
+            upper = -max(best_start[1][-k:])
+        else:
+            lower = max(lower, bounds[0].max())
+            upper = min(upper, -bounds[1].max())
+        if lower > upper:
+            alarms.append(t)
+            run, burn, best_start = [], [], None
+            lower, upper = -np.inf, np.inf
+            center, scale = fixed_center, fixed_scale
+    return alarms
+
+
+def brute_betting(det: ConfSeqDetector, xs: np.ndarray) -> list[int]:
+    """Alarms of the betting / quantile detectors: a capital per start time, no recursion."""
+    quantile = det.cs == "quantile"
+    p = det.quantile
+    thr = math.exp(det._log_thr)
+    lp, lm = det._lam_plus, det._lam_minus
+    theta = det._theta.copy()
+    burn_n = det.burn_in if quantile else 0
+    alarms, burn = [], []
+    caps_p: list[np.ndarray] = []
+    caps_m: list[np.ndarray] = []
+    ex_p = np.zeros(theta.size, bool)
+    ex_m = np.zeros(theta.size, bool)
+    for t, x in enumerate(xs):
+        if len(burn) < burn_n:
+            burn.append(x)
+            if len(burn) == burn_n:
+                theta = np.sort(np.array(burn))
+            continue
+        z = x if quantile else (x - det.lower) / (det.upper - det.lower)
+        m = len(caps_p) + 1
+        start = 1.0 / (m * m) if det.pfa else 1.0
+        caps_p.append(np.full(lp.shape, start))
+        caps_m.append(np.full(lp.shape, start))
+        if quantile:
+            e_p = p - (z <= theta).astype(float)
+            e_m = (z < theta).astype(float) - p
+        else:
+            e_p, e_m = z - theta, theta - z
+        for c in caps_p:
+            c *= 1.0 + lp * e_p
+        for c in caps_m:
+            c *= 1.0 + lm * e_m
+        ex_p |= np.any(np.array(caps_p) >= thr, axis=(0, 1))
+        ex_m |= np.any(np.array(caps_m) >= thr, axis=(0, 1))
+        lo = np.flatnonzero(ex_p).max() if ex_p.any() else -1
+        hi = np.flatnonzero(ex_m).min() if ex_m.any() else theta.size
+        if lo >= hi:
+            alarms.append(t)
+            caps_p, caps_m, burn = [], [], []
+            ex_p[:] = False
+            ex_m[:] = False
+    return alarms
+
+
+def _stream(rng: np.random.Generator, n: int, bounded: bool) -> np.ndarray:
+    """A stream with 0-3 changes of random size, so that alarms and restarts happen."""
+    cps = np.sort(rng.choice(np.arange(20, n - 10), size=rng.integers(0, 4), replace=False))
+    level = np.zeros(n)
+    for c in cps:
+        level[c:] += rng.normal(0, 1.5)
+    if bounded:
+        return 1.0 / (1.0 + np.exp(-(2 * level + rng.normal(0, 1, n))))
+    return level + rng.normal(0, 1, n) * rng.uniform(0.5, 2)
+
+
+HULL_CASES = [
+    dict(cs="subgaussian", sigma=1.0, alpha=0.1),
+    dict(cs="subgaussian", alpha=0.1, burn_in=10),
+    dict(cs="subgaussian", sigma=1.0, alpha=0.1, pfa=True),
+    dict(cs="hoeffding", alpha=0.2),
+    dict(cs="empirical-bernstein", alpha=0.1),
+    dict(cs="empirical-bernstein", alpha=0.2, pfa=True),
+    dict(cs="empirical-bernstein", alpha=0.3, prune=150),
+    dict(cs="subgaussian", sigma=1.0, alpha=0.2, prune=20),
+]
+N_STREAMS = 30  # per case: 8 x 30 + 2 x 25 = 290 streams in all
+
+
+@pytest.mark.parametrize("params", HULL_CASES, ids=lambda p: "-".join(f"{v}" for v in p.values()))
+def test_hull_detector_equals_brute_force(params):
+    bounded = params["cs"] != "subgaussian"
+    total = 0
+    for seed in range(N_STREAMS):
+        rng = np.random.default_rng(seed)
+        xs = _stream(rng, int(rng.integers(60, 220)), bounded)
+        det = ConfSeqDetector(**params)
+        fast = det.update_many(xs).tolist()
+        assert fast == brute_hull(ConfSeqDetector(**params), xs), (params, seed)
+        total += len(fast)
+    assert total >= (1 if "prune" in params else 3)  # the streams exercise alarms and restarts
+
+
+@pytest.mark.parametrize("params", [dict(cs="betting", alpha=0.2),
+                                    dict(cs="betting", alpha=0.2, pfa=True),
+                                    dict(cs="quantile", alpha=0.2, burn_in=12),
+                                    dict(cs="quantile", alpha=0.3, quantile=0.8, burn_in=10)],
+                         ids=["betting", "betting-pfa", "median", "q0.8"])
+def test_betting_detector_equals_brute_force(params):
+    total = 0
+    for seed in range(25):
+        rng = np.random.default_rng(100 + seed)
+        xs = _stream(rng, int(rng.integers(50, 140)), bounded=True)
+        fast = ConfSeqDetector(**params).update_many(xs).tolist()
+        assert fast == brute_betting(ConfSeqDetector(**params), xs), (params, seed)
+        total += len(fast)
+    assert total >= 5
+
+
+def test_brute_force_reference_sees_more_alarms_than_pruned():
+    # Pruning only delays alarms: the exact detector alarms first on the same stream.
+    rng = np.random.default_rng(5)
+    xs = np.r_[rng.normal(0, 1, 400), rng.normal(0.6, 1, 400)]
+    exact = ConfSeqDetector(sigma=1.0, alpha=0.01).update_many(xs)
+    pruned = ConfSeqDetector(sigma=1.0, alpha=0.01, prune=20).update_many(xs)
+    assert exact[0] <= (pruned[0] if len(pruned) else 10**9)
+
+
+# --------------------------------------------------------------------------------------
+# API
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cs", CS_CHOICES)
+def test_update_loop_equals_update_many_and_interval(cs):
+    rng = np.random.default_rng(0)
+    xs = np.clip(np.r_[rng.normal(0.3, 0.1, 600), rng.normal(0.6, 0.1, 600)], 0, 1)
+    a, b, c = ConfSeqDetector(cs=cs), ConfSeqDetector(cs=cs), ConfSeqDetector(cs=cs)
+    loop, intervals = [], []
+    for i, x in enumerate(xs):
+        a.update(x)
+        intervals.append(a.interval)
+        if a.drift_detected:
+            loop.append(i)
+            lo, hi = a.interval
+            assert lo >= hi
+    assert loop and loop == b.update_many(xs).tolist()
+    pieces = [c.update_many(xs[i:i + 97]) + i for i in range(0, len(xs), 97)]
+    assert np.concatenate(pieces).tolist() == loop
+    assert c.interval == a.interval
+    lo, hi = intervals[loop[0] - 5]
+    assert lo < hi and (cs == "quantile" or lo <= 0.35 <= hi or hi - lo < 0.2)
+
+
+def test_river_api_and_restart():
+    from river.base import DriftDetector
+
+    det = ConfSeqDetector(sigma=1.0, alpha=0.01)
+    assert isinstance(det, DriftDetector)
+    assert det.interval == (-math.inf, math.inf) and not det.drift_detected
+    xs = np.r_[np.zeros(200), np.full(50, 5.0)]
+    alarm = det.update_many(xs)
+    assert alarm.tolist() and 200 <= alarm[0] < 210
+    det.update(5.0)  # the run after the alarm starts afresh
+    lo, hi = det.interval
+    assert lo < 5.0 < hi and not det.drift_detected
+    assert det.clone().interval == (-math.inf, math.inf)
+
+
+def test_hull_memory_grows_slowly():
+    det = ConfSeqDetector(sigma=1.0, alpha=1e-6)
+    det.update_many(np.random.default_rng(0).normal(size=100_000))
+    # O(log n) hull points per lambda and side: far fewer than n.
+    assert det.memory_items < 2 * 10 * 60
+
+
+def test_state_dict_round_trip_mid_stream():
+    rng = np.random.default_rng(2)
+    xs = np.r_[rng.normal(0, 1, 700), rng.normal(1, 1, 700)]
+    for cs in ("subgaussian", "quantile"):
+        a = ConfSeqDetector(cs=cs)
+        a.update_many(xs[:500])
+        b = ConfSeqDetector(cs=cs)
+        b.load_state_dict(a.state_dict())
+        assert a.update_many(xs[500:]).tolist() == b.update_many(xs[500:]).tolist()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "abc", None, [1.0, 2.0], 1.5, -0.1])
+def test_bad_values_are_rejected_and_leave_state_untouched(bad):
+    det = ConfSeqDetector(cs="hoeffding")
+    det.update_many([0.2, 0.3, 0.4])
+    before = {k: v.copy() for k, v in det.state_dict().items()}
+    with pytest.raises(BadInput):
+        det.update(bad)
+    with pytest.raises(BadInput):
+        det.update_many([0.2, bad] if not isinstance(bad, list) else [0.2, "x"])
+    after = det.state_dict()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_operator_vector_splits_alpha_and_dead_letters():
+    op = create("cs", cs="subgaussian", sigma=1.0, alpha=0.01)
+    out = op.process({"value": [0.0, 1.0]})
+    assert out[0]["alarm"] is False and len(out[0]["lower"]) == 2
+    assert op._detectors[0].alpha == pytest.approx(0.005)
+    res = op.process_batch([{"value": [0.0, 1.0]}, {"value": 3.0}, {"value": [0.1, 0.9]}])
+    assert type(res[1]).__name__ == "DeadLetter" and "shape" in res[1].reason
+
+
+@pytest.mark.parametrize(("params", "word"), [
+    (dict(cs="median"), "cs"), (dict(alpha=1.5), "alpha"), (dict(sigma=-1.0), "sigma"),
+    (dict(cs="hoeffding", sigma=1.0), "sigma"), (dict(lower=1.0, upper=0.0), "lower"),
+    (dict(quantile=1.0), "quantile"), (dict(pfa=1), "pfa"), (dict(prune=1), "prune"),
+    (dict(cs="betting", prune=10), "prune"), (dict(burn_in=1), "burn_in")])
+def test_parameters_are_validated(params, word):
+    with pytest.raises(ValueError, match=word):
+        ConfSeqDetector(**params)
+    with pytest.raises(ValueError, match=word):
+        create("cs", **params)
+
+
+# --------------------------------------------------------------------------------------
+# Statistics (seeded Monte Carlo; the long versions are marked slow)
+# --------------------------------------------------------------------------------------
+
+
+def _no_change(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
+    if kind == "gauss":
+        return rng.normal(0, 1, n)
+    if kind == "beta":
+        return rng.beta(2, 6, n)
+    # heavy-ish tails, bounded: a Student t(3) clipped to [-10, 10] mapped to [0, 1]
+    return (np.clip(rng.standard_t(3, n), -10, 10) + 10) / 20
+
+
+ARL_CASES = [("subgaussian", {"sigma": 1.0}, "gauss"), ("subgaussian", {}, "gauss"),
+             ("subgaussian", {}, "t3"), ("hoeffding", {}, "beta"), ("hoeffding", {}, "t3"),
+             ("empirical-bernstein", {}, "beta"), ("empirical-bernstein", {}, "t3"),
+             ("betting", {}, "beta"), ("betting", {}, "t3"), ("quantile", {}, "gauss"),
+             ("quantile", {}, "beta")]
+
+
+def _arl_lower_bound(cs, extra, kind, alpha, runs, n):
+    alarms = 0
+    for r in range(runs):
+        det = ConfSeqDetector(cs=cs, alpha=alpha, **extra)
+        alarms += len(det.update_many(_no_change(kind, np.random.default_rng(r), n)))
+    # One-sided 95% Poisson upper bound on the alarm count -> lower bound on the ARL.
+    upper_count = stats.chi2.ppf(0.95, 2 * alarms + 2) / 2
+    return runs * n / upper_count, alarms
+
+
+@pytest.mark.parametrize(("cs", "extra", "kind"), ARL_CASES,
+                         ids=[f"{c}-{k}-{'sigma' if e else 'free'}" for c, e, k in ARL_CASES])
+def test_average_run_length_at_least_one_over_alpha(cs, extra, kind):
+    alpha = 0.1
+    lcb, alarms = _arl_lower_bound(cs, extra, kind, alpha, runs=4, n=5000)
+    assert lcb >= 1 / alpha, (lcb, alarms)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("cs", "extra", "kind"), ARL_CASES)
+def test_average_run_length_slow(cs, extra, kind):
+    for alpha in (0.05, 0.01):
+        lcb, alarms = _arl_lower_bound(cs, extra, kind, alpha, runs=20, n=20000)
+        assert lcb >= 1 / alpha, (alpha, lcb, alarms)
+
+
+def _pfa_frequency_upper(cs, kind, alpha, runs, n):
+    hits = 0
+    for r in range(runs):
+        det = ConfSeqDetector(cs=cs, alpha=alpha, pfa=True)
+        hits += len(det.update_many(_no_change(kind, np.random.default_rng(10_000 + r), n))) > 0
+    upper = stats.beta.ppf(0.95, hits + 1, runs - hits) if hits < runs else 1.0
+    return upper, hits
+
+
+@pytest.mark.parametrize(("cs", "kind"), [("subgaussian", "gauss"), ("hoeffding", "beta"),
+                                          ("empirical-bernstein", "t3"), ("betting", "beta"),
+                                          ("quantile", "gauss")])
+def test_pfa_false_alarm_frequency_at_most_alpha(cs, kind):
+    upper, hits = _pfa_frequency_upper(cs, kind, alpha=0.1, runs=60, n=1000)
+    assert upper <= 0.1, (upper, hits)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cs", CS_CHOICES)
+def test_pfa_slow(cs):
+    kind = "gauss" if cs in ("subgaussian", "quantile") else "beta"
+    upper, hits = _pfa_frequency_upper(cs, kind, alpha=0.05, runs=300, n=5000)
+    assert upper <= 0.05, (upper, hits)
+
+
+@pytest.mark.parametrize("cs", ["subgaussian", "empirical-bernstein", "betting", "quantile"])
+def test_delay_shrinks_as_the_shift_grows(cs):
+    means = []
+    for shift in (0.05, 0.1, 0.2):
+        delays = []
+        for r in range(12):
+            rng = np.random.default_rng(r)
+            xs = np.r_[rng.beta(2, 6, 500), rng.beta(2, 6, 3000) + shift]
+            xs = np.clip(xs, 0, 1)
+            alarms = ConfSeqDetector(cs=cs, alpha=0.01).update_many(xs)
+            after = alarms[alarms >= 500]
+            delays.append((after[0] if after.size else len(xs)) - 500)
+        means.append(np.mean(delays))
+    assert means[0] > means[1] > means[2], means
