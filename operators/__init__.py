@@ -35,7 +35,11 @@ from operators.base import (
     resolve,
 )
 from operators.confseq import ConfSeqDetector, ConfSeqOperator
+from operators.hare_tortoise import HareTortoise
+from operators.manifold_transforms import NormalizeSphere, WindowCovariance, WindowSubspace
+from operators.manifolds import SPD, Grassmann, Manifold, Sphere
 from operators.object_state import StateRefused, decode_object, encode_object
+from operators.riemannian import KarcherDetector, KarcherOperator, calibrate_threshold
 from operators.river_adapter import RiverDetector, river_detector_names
 from operators.transforms import Standardize
 
@@ -66,6 +70,17 @@ __all__ = [
     "RiverDetector",
     "river_detector_names",
     "Standardize",
+    "HareTortoise",
     "ConfSeqDetector",
     "ConfSeqOperator",
+    "Manifold",
+    "SPD",
+    "Grassmann",
+    "Sphere",
+    "KarcherDetector",
+    "KarcherOperator",
+    "calibrate_threshold",
+    "WindowCovariance",
+    "WindowSubspace",
+    "NormalizeSphere",
 ]

@@ -1,0 +1,679 @@
+"""Riemannian online change detection: two stochastic Karcher-mean estimates, slow and fast.
+
+:class:`KarcherDetector` holds the mathematics (a River drift detector: ``update(x)``,
+``drift_detected``, plus ``statistic`` and ``score_many``); the registered operator
+``karcher`` (:class:`KarcherOperator`) wraps it for records. The per-sample work runs in the
+Numba kernels of this module and of :mod:`operators.manifolds`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+from numba import njit
+from river.base import DriftDetector
+
+from operators.base import BadInput, DeadLetter, Operator, get_field, register
+from operators.manifolds import (
+    MANIFOLD_NAMES,
+    Manifold,
+    grassmann_dist,
+    grassmann_step,
+    manifold_from_spec,
+    spd_affine_dist,
+    spd_affine_step,
+    spd_bw_dist,
+    spd_bw_exp,
+    spd_bw_log,
+    spd_retract,
+    sphere_dist,
+    sphere_step,
+    sym_expm,
+    sym_logm,
+)
+
+__all__ = ["KarcherDetector", "KarcherOperator", "calibrate_threshold", "THRESHOLD_MODES"]
+
+#: The non-numeric values of ``threshold``.
+THRESHOLD_MODES = ("adaptive", "calibrated")
+
+
+# --------------------------------------------------------------------------------------
+# Batch kernels: advance (P0, P1) over a (T, ...) stack of samples, write g_t to ``out``
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def karcher_scores_spd_affine(xs, p0, p1, s0, s1, retraction, out):
+    """Affine-invariant SPD: one eigh per estimate (geodesic or retraction step), one for g."""
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        p0[:, :] = spd_affine_step(x, p0, s0, retraction)
+        p1[:, :] = spd_affine_step(x, p1, s1, retraction)
+        out[t] = spd_affine_dist(p0, p1)
+
+
+@njit(cache=True)
+def karcher_scores_spd_logeuclid(xs, l0, l1, s0, s1, retraction, out):
+    """Log-Euclidean SPD on the logarithms: L <- L + s (log X - L) is the geodesic step."""
+    for t in range(xs.shape[0]):
+        lx = sym_logm(xs[t])
+        l0 += s0 * (lx - l0)
+        l1 += s1 * (lx - l1)
+        out[t] = math.sqrt(np.sum((l0 - l1) ** 2))
+
+
+@njit(cache=True)
+def karcher_scores_spd_bw(xs, p0, p1, s0, s1, retraction, out):
+    """Bures-Wasserstein SPD: Log, then Exp or the second-order retraction."""
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        v0 = s0 * spd_bw_log(x, p0)
+        v1 = s1 * spd_bw_log(x, p1)
+        if retraction:
+            p0[:, :] = spd_retract(v0, p0)
+            p1[:, :] = spd_retract(v1, p1)
+        else:
+            p0[:, :] = spd_bw_exp(v0, p0)
+            p1[:, :] = spd_bw_exp(v1, p1)
+        out[t] = spd_bw_dist(p0, p1)
+
+
+@njit(cache=True)
+def karcher_scores_grassmann(xs, y0, y1, s0, s1, retraction, out):
+    """Grassmann bases: Log, then Exp or the polar retraction."""
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        y0[:, :] = grassmann_step(x, y0, s0, retraction)
+        y1[:, :] = grassmann_step(x, y1, s1, retraction)
+        out[t] = grassmann_dist(y0, y1)
+
+
+@njit(cache=True)
+def karcher_scores_sphere(xs, p0, p1, s0, s1, retraction, out):
+    """Sphere: Log, then Exp or the normalising retraction."""
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        p0[:] = sphere_step(x, p0, s0, retraction)
+        p1[:] = sphere_step(x, p1, s1, retraction)
+        out[t] = sphere_dist(p0, p1)
+
+
+_KERNELS = {
+    "spd-affine": karcher_scores_spd_affine,
+    "spd-logeuclid": karcher_scores_spd_logeuclid,
+    "spd-bw": karcher_scores_spd_bw,
+    "grassmann": karcher_scores_grassmann,
+    "sphere": karcher_scores_sphere,
+}
+
+
+def _to_internal(kind: str, x: np.ndarray) -> np.ndarray:
+    # The log-Euclidean estimates are kept as matrix logarithms.
+    return sym_logm(x) if kind == "spd-logeuclid" else x.copy()
+
+
+def _from_internal(kind: str, p: np.ndarray) -> np.ndarray:
+    return sym_expm(p) if kind == "spd-logeuclid" else p.copy()
+
+
+# --------------------------------------------------------------------------------------
+# Threshold calibration
+# --------------------------------------------------------------------------------------
+
+
+def calibrate_threshold(statistics: Any, target_arl: float) -> float:
+    """A threshold whose mean time to the first crossing is about ``target_arl``.
+
+    Method (Rice's formula for a stationary Gaussian process): on a no-change stretch of
+    the statistic, take ``z = sqrt(g)``, its mean ``mu`` and standard deviation ``sigma``,
+    and ``nu0``, the rate of up-crossings of ``mu`` per sample. The rate of up-crossings of
+    a level ``u`` is then ``nu0 exp(-(u - mu)^2 / (2 sigma^2))``; a smooth stationary
+    statistic with rare crossings first crosses after about ``1 / rate`` samples, so the
+    level is ``u = mu + sigma sqrt(2 log(nu0 * target_arl))`` and the threshold ``u^2``.
+    It extrapolates beyond the length of the stretch.
+
+    The square root is there because distances are right-skewed (chi-like): fitted on ``g``
+    itself the rule undershoots long targets (realised ARL ~600 for a target of 1000 on the
+    SPD(8) Wishart stream), on ``log g`` it overshoots (~2300); on ``sqrt(g)`` it gave ~255
+    for 200 and ~1000 for 1000 there (calibration stretch of 500 samples, 40 stretches).
+    How well it hits its target is measured in ``benchmarks/results/riemannian.md``.
+
+    Parameters
+    ----------
+    statistics
+        The statistic on a stretch without change (after the burn-in), at least 20 values.
+    target_arl
+        The wanted average run length (samples), > 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> g = np.exp(np.convolve(rng.normal(size=5000), np.ones(20) / 20, mode="same"))
+    >>> round(calibrate_threshold(g, 1000), 3)
+    1.729
+    """
+    g = np.asarray(statistics, dtype=np.float64).ravel()
+    if g.size < 20 or not np.all(np.isfinite(g)) or np.any(g < 0):
+        raise ValueError("statistics must hold at least 20 finite values >= 0")
+    if isinstance(target_arl, bool) or not isinstance(target_arl, (int, float)) \
+            or not target_arl > 1:
+        raise ValueError(f"target_arl must be a number > 1, got {target_arl!r}")
+    z = np.sqrt(g)
+    mu, sigma = float(z.mean()), float(z.std())
+    if sigma == 0.0:
+        return float(g[0])
+    up = int(np.sum((z[:-1] < mu) & (z[1:] >= mu)))
+    nu0 = max(up, 1) / (z.size - 1)
+    q = nu0 * float(target_arl)
+    u = mu + sigma * math.sqrt(2.0 * math.log(q)) if q > 1 else mu
+    return float(u * u)
+
+
+# --------------------------------------------------------------------------------------
+# The detector
+# --------------------------------------------------------------------------------------
+
+
+class KarcherDetector(DriftDetector):
+    """Online change detection on a Riemannian manifold (Wang, Borsoi & Richard).
+
+    Two stochastic-gradient estimates of the Karcher mean of the stream, ``P0`` with the
+    slow step ``step_slow`` and ``P1`` with the fast step ``step_fast``, both start at the
+    first sample. Each sample ``X`` moves them ``P <- R_P(2 step Log_P(X))`` (``R`` the
+    exponential map or a retraction); the statistic is ``g = d(P0, P1)``. After a change the
+    fast estimate leaves first and ``g`` rises. An alarm is raised when ``g >= h`` after
+    ``burn_in`` samples.
+
+    Parameters
+    ----------
+    manifold
+        A :class:`~operators.manifolds.Manifold` (``SPD(8)``, ``Grassmann(20, 5)``, ...) or
+        a name whose dimensions are read from the first sample: ``"spd"`` (affine-invariant),
+        ``"spd-log-euclidean"``, ``"spd-bures-wasserstein"``, ``"grassmann"`` (n x p
+        orthonormal bases), ``"sphere"`` (unit vectors).
+    step_slow, step_fast
+        Step sizes ``lambda0 < lambda1`` in (0, 0.5].
+    threshold
+        A number ``h`` (fixed); ``"adaptive"``, the authors' rule: exponentially weighted
+        moments ``m <- (1-a) m + a g``, ``v <- (1-a) v + a g^2`` (``a = adapt_rate``, from 0)
+        and ``h = m + adapt_k sqrt(v - m^2)``; or ``"calibrated"``: the ``calibration``
+        statistics after the burn-in are taken as change-free and
+        :func:`calibrate_threshold` sets ``h`` for the average run length ``target_arl``
+        (no alarm during calibration).
+    burn_in
+        Samples (from the start or the last reset) before an alarm may be raised.
+    update
+        ``"exp"`` (the exponential map: the exact geodesic step) or ``"retraction"``
+        (SPD: ``sym(P + V + 0.5 V P^-1 V)``; Grassmann: polar; sphere: normalisation). For
+        the log-Euclidean metric both are the exact step ``log P <- log P + 2 step
+        (log X - log P)``, cheaper than any retraction.
+    adapt_rate, adapt_k
+        ``a`` and ``k`` of the adaptive threshold (authors: 0.005 and 1.64).
+    target_arl, calibration
+        Target average run length and calibration length of ``threshold="calibrated"``.
+    reset_on_alarm
+        After an alarm, start afresh at the next sample (both estimates, burn-in); the
+        adaptive moments and a calibrated threshold are kept.
+
+    Attributes
+    ----------
+    statistic
+        The last ``g_t``.
+    threshold_value
+        The threshold ``g`` was last compared with (None before it exists).
+
+    References
+    ----------
+    X. Wang, R. A. Borsoi and C. Richard. Non-parametric online change point detection on
+    Riemannian manifolds. ICML 2024.
+
+    Examples
+    --------
+    >>> from streams.synthetic import WishartSPDStream
+    >>> xs = np.array([r["value"] for r in WishartSPDStream(n=2000, change_point=1500, seed=1)])
+    >>> det = KarcherDetector("spd", threshold=0.35, update="retraction")
+    >>> alarms = []
+    >>> for t, x in enumerate(xs):
+    ...     det.update(x)
+    ...     if det.drift_detected:
+    ...         alarms.append(t)
+    >>> alarms
+    [1518]
+    >>> g = KarcherDetector("spd", update="retraction").score_many(xs)
+    >>> round(float(g[400:1500].mean()), 3), round(float(g[1500:1600].max()), 3)
+    (0.194, 0.372)
+    """
+
+    def __init__(self, manifold: str | Manifold = "spd", step_slow: float = 0.01,
+                 step_fast: float = 0.02, threshold: float | str = "adaptive",
+                 burn_in: int = 400, update: str = "exp", adapt_rate: float = 0.005,
+                 adapt_k: float = 1.64, target_arl: float = 1000.0, calibration: int = 500,
+                 reset_on_alarm: bool = True):
+        self.manifold = manifold
+        self.step_slow = step_slow
+        self.step_fast = step_fast
+        self.threshold = threshold
+        self.burn_in = burn_in
+        self.update_rule = update
+        self.adapt_rate = adapt_rate
+        self.adapt_k = adapt_k
+        self.target_arl = target_arl
+        self.calibration = calibration
+        self.reset_on_alarm = reset_on_alarm
+        self._validate_params()
+        super().__init__()
+        self._reset()
+
+    # River's clone/repr read the constructor arguments back by name; ``update`` is a method.
+    def _get_params(self) -> dict:
+        return {"manifold": self.manifold, "step_slow": self.step_slow,
+                "step_fast": self.step_fast, "threshold": self.threshold,
+                "burn_in": self.burn_in, "update": self.update_rule,
+                "adapt_rate": self.adapt_rate, "adapt_k": self.adapt_k,
+                "target_arl": self.target_arl, "calibration": self.calibration,
+                "reset_on_alarm": self.reset_on_alarm}
+
+    def clone(self, new_params: dict | None = None, include_attributes: bool = False):
+        return type(self)(**{**self._get_params(), **(new_params or {})})
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def _validate_params(self) -> None:
+        m = self.manifold
+        if not isinstance(m, Manifold) and m not in MANIFOLD_NAMES:
+            raise ValueError(f"manifold must be a Manifold or one of "
+                             f"{', '.join(map(repr, MANIFOLD_NAMES))}, got {m!r}")
+        for name in ("step_slow", "step_fast"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 0.5:
+                raise ValueError(f"{name} must be a number in (0, 0.5], got {v!r}")
+        if not self.step_slow < self.step_fast:
+            raise ValueError(f"step_slow must be < step_fast, got {self.step_slow!r} >= "
+                             f"{self.step_fast!r}")
+        h = self.threshold
+        if isinstance(h, str):
+            if h not in THRESHOLD_MODES:
+                raise ValueError(f"threshold must be a positive number or one of "
+                                 f"{', '.join(map(repr, THRESHOLD_MODES))}, got {h!r}")
+        elif isinstance(h, bool) or not isinstance(h, (int, float)) or not (
+                math.isfinite(h) and h > 0):
+            raise ValueError(f"threshold must be a positive number or one of "
+                             f"{', '.join(map(repr, THRESHOLD_MODES))}, got {h!r}")
+        if isinstance(self.burn_in, bool) or not isinstance(self.burn_in, int) \
+                or self.burn_in < 1:
+            raise ValueError(f"burn_in must be an integer >= 1, got {self.burn_in!r}")
+        if self.update_rule not in ("exp", "retraction"):
+            raise ValueError(f"update must be 'exp' or 'retraction', got {self.update_rule!r}")
+        if not (isinstance(self.adapt_rate, (int, float)) and 0 < self.adapt_rate < 1):
+            raise ValueError(f"adapt_rate must be a number in (0, 1), got {self.adapt_rate!r}")
+        if not (isinstance(self.adapt_k, (int, float)) and self.adapt_k > 0):
+            raise ValueError(f"adapt_k must be a positive number, got {self.adapt_k!r}")
+        if isinstance(self.target_arl, bool) or not isinstance(self.target_arl, (int, float)) \
+                or not self.target_arl > 1:
+            raise ValueError(f"target_arl must be a number > 1, got {self.target_arl!r}")
+        if isinstance(self.calibration, bool) or not isinstance(self.calibration, int) \
+                or self.calibration < 20:
+            raise ValueError(f"calibration must be an integer >= 20, got {self.calibration!r}")
+        if not isinstance(self.reset_on_alarm, bool):
+            raise ValueError(f"reset_on_alarm must be true or false, got "
+                             f"{self.reset_on_alarm!r}")
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._shape: list[int] | None = None
+        self._p0: np.ndarray | None = None
+        self._p1: np.ndarray | None = None
+        self._n = 0  # samples since the start or the last reset
+        self._g = 0.0
+        self._mean = 0.0  # adaptive threshold moments
+        self._second = 0.0
+        self._h: float | None = float(self.threshold) if not isinstance(self.threshold, str) \
+            else None
+        self._calib = np.zeros(0)
+        self._restart = False
+
+    # ---- geometry -------------------------------------------------------------------
+
+    def _geometry(self, shape: tuple[int, ...]) -> Manifold:
+        if isinstance(self.manifold, Manifold):
+            return self.manifold
+        return manifold_from_spec(self.manifold, shape)
+
+    @property
+    def geometry(self) -> Manifold | None:
+        """The manifold in use (None until the first sample when given by name)."""
+        if isinstance(self.manifold, Manifold):
+            return self.manifold
+        return None if self._shape is None else self._geometry(tuple(self._shape))
+
+    def validate(self, x: Any) -> np.ndarray:
+        """``x`` as a float64 point of the manifold, or BadInput saying what is wrong."""
+        geo = self.geometry
+        if geo is None:
+            try:
+                shape = np.shape(np.asarray(x, dtype=np.float64))
+            except (TypeError, ValueError, OverflowError):
+                raise BadInput("value is not a numeric array") from None
+            geo = self._geometry(tuple(shape))
+        return geo.validate(x)
+
+    @property
+    def estimates(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The slow and fast Karcher-mean estimates (P0, P1) as points, None before data."""
+        if self._p0 is None:
+            return None
+        kind = self.geometry.kind
+        return _from_internal(kind, self._p0), _from_internal(kind, self._p1)
+
+    # ---- updates --------------------------------------------------------------------
+
+    @property
+    def statistic(self) -> float:
+        """The last statistic g_t = d(P0, P1)."""
+        return self._g
+
+    @property
+    def threshold_value(self) -> float | None:
+        return self._h
+
+    def _advance(self, xs: np.ndarray) -> np.ndarray:
+        # Run the kernel over xs (already validated, same shape), starting a fresh pair of
+        # estimates at xs[0] when there are none; returns g for each sample.
+        kind = self.geometry.kind
+        out = np.zeros(len(xs))
+        start = 0
+        if self._p0 is None:
+            self._p0 = _to_internal(kind, xs[0])
+            self._p1 = self._p0.copy()
+            start = 1
+        if start < len(xs):
+            _KERNELS[kind](np.ascontiguousarray(xs[start:]), self._p0, self._p1,
+                           2.0 * self.step_slow, 2.0 * self.step_fast,
+                           self.update_rule == "retraction", out[start:])
+        return out
+
+    def _judge(self, g: float) -> bool:
+        # Threshold bookkeeping for one statistic; returns the alarm.
+        self._n += 1
+        self._g = g
+        if self.threshold == "adaptive":
+            a = self.adapt_rate
+            self._mean = (1 - a) * self._mean + a * g
+            self._second = (1 - a) * self._second + a * g * g
+            self._h = self._mean + self.adapt_k * math.sqrt(max(self._second - self._mean ** 2,
+                                                                0.0))
+        if self._n <= self.burn_in:
+            return False
+        if self.threshold == "calibrated" and self._h is None:
+            self._calib = np.append(self._calib, g)
+            if len(self._calib) >= self.calibration:
+                self._h = calibrate_threshold(self._calib, self.target_arl)
+                self._calib = np.zeros(0)
+            return False
+        return g >= self._h
+
+    def _start_over_if_needed(self) -> None:
+        if self._restart:
+            self._restart = False
+            self._p0 = self._p1 = None
+            self._n = 0
+
+    def update(self, x: Any) -> None:
+        """Take one sample; raises BadInput (state untouched) for a value off the manifold."""
+        point = self.validate(x)
+        self._start_over_if_needed()
+        if self._shape is None:
+            self._shape = list(point.shape)
+        g = float(self._advance(point[None])[0])
+        self._drift_detected = self._judge(g)
+        if self._drift_detected and self.reset_on_alarm:
+            self._restart = True
+
+    def update_many(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``update`` over validated points ``xs`` (T, ...): returns (g, alarms, thresholds).
+
+        ``thresholds`` holds the threshold each ``g`` was compared with (NaN where there was
+        none yet).
+
+        Same results as ``update`` in a loop; the kernel runs over whole stretches between
+        resets.
+        """
+        xs = np.ascontiguousarray(xs, dtype=np.float64)
+        g_all = np.zeros(len(xs))
+        alarms = np.zeros(len(xs), dtype=bool)
+        hs = np.full(len(xs), np.nan)
+        i = 0
+        while i < len(xs):
+            self._start_over_if_needed()
+            if self._shape is None:
+                self._shape = list(xs[i].shape)
+            g = self._advance(xs[i:])
+            # The kernel ran to the end; if an alarm resets the estimates at j, the samples
+            # after j are redone from the fresh start, so the result equals the loop.
+            stop = len(xs)
+            for j in range(len(g)):
+                g_all[i + j] = g[j]
+                alarm = self._judge(float(g[j]))
+                alarms[i + j] = alarm
+                if self._h is not None:
+                    hs[i + j] = self._h
+                self._drift_detected = alarm
+                if alarm and self.reset_on_alarm:
+                    self._restart = True
+                    stop = i + j + 1
+                    break
+            i = stop
+        return g_all, alarms, hs
+
+    def score_many(self, xs: Any) -> np.ndarray:
+        """The statistic g_t for every sample of ``xs`` (T, ...), with no alarms or resets.
+
+        Starts from the current estimates (or at ``xs[0]``) and leaves the detector
+        unchanged: meant for threshold sweeps over a whole stream.
+        """
+        xs = np.ascontiguousarray(xs, dtype=np.float64)
+        if len(xs) == 0:
+            return np.zeros(0)
+        if not np.all(np.isfinite(xs)):
+            raise BadInput("xs contains NaN or infinite entries")
+        geo = self._geometry(tuple(xs.shape[1:])) if self._shape is None else self.geometry
+        if tuple(xs.shape[1:]) != geo.point_shape():
+            raise BadInput(f"xs has points of shape {xs.shape[1:]}, expected "
+                           f"{geo.point_shape()}")
+        twin = self.clone()
+        twin._shape = list(geo.point_shape())
+        twin._p0 = None if self._p0 is None else self._p0.copy()
+        twin._p1 = None if self._p1 is None else self._p1.copy()
+        return twin._advance(xs)
+
+    # ---- state ----------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The learned state as plain values and NumPy arrays."""
+        return {"shape": None if self._shape is None else list(self._shape),
+                "p0": None if self._p0 is None else self._p0.copy(),
+                "p1": None if self._p1 is None else self._p1.copy(),
+                "n": self._n, "g": self._g, "mean": self._mean, "second": self._second,
+                "h": self._h, "calib": self._calib.copy(), "restart": self._restart,
+                "drift": self._drift_detected}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self._reset()
+        self._shape = None if state["shape"] is None else [int(s) for s in state["shape"]]
+        self._p0 = None if state["p0"] is None else np.array(state["p0"], dtype=np.float64)
+        self._p1 = None if state["p1"] is None else np.array(state["p1"], dtype=np.float64)
+        self._n = int(state["n"])
+        self._g = float(state["g"])
+        self._mean = float(state["mean"])
+        self._second = float(state["second"])
+        self._h = None if state["h"] is None else float(state["h"])
+        self._calib = np.array(state["calib"], dtype=np.float64)
+        self._restart = bool(state["restart"])
+        self._drift_detected = bool(state["drift"])
+
+
+# --------------------------------------------------------------------------------------
+# The operator
+# --------------------------------------------------------------------------------------
+
+
+@register("karcher")
+class KarcherOperator(Operator):
+    """Riemannian change detection on manifold-valued records (``KarcherDetector``).
+
+    Each record's ``field`` holds a point of the manifold (an SPD matrix, an n x p
+    orthonormal basis, a unit vector) as nested lists; outputs carry ``alarm``,
+    ``statistic`` (``g_t``) and ``threshold`` (None before one exists). Values off the
+    manifold (wrong shape, NaN, not symmetric, not positive definite, not orthonormal) are
+    rejected as dead letters with the state untouched. Parameters are those of
+    :class:`KarcherDetector` plus ``field``.
+
+    Examples
+    --------
+    >>> from streams.synthetic import WishartSPDStream
+    >>> op = KarcherOperator(manifold="spd", threshold=0.35, update="retraction")
+    >>> outs = op.process_batch(list(WishartSPDStream(n=2000, change_point=1500, seed=1)))
+    >>> [o["ts"] for o in outs if o["alarm"]]
+    [1518.0]
+    """
+
+    input_kind = "manifold point (SPD matrix, n x p orthonormal basis, unit vector)"
+
+    def __init__(self, manifold: str = "spd", step_slow: float = 0.01, step_fast: float = 0.02,
+                 threshold: float | str = "adaptive", burn_in: int = 400, update: str = "exp",
+                 adapt_rate: float = 0.005, adapt_k: float = 1.64, target_arl: float = 1000.0,
+                 calibration: int = 500, reset_on_alarm: bool = True, field: str = "value"):
+        self.manifold = manifold
+        self.step_slow = step_slow
+        self.step_fast = step_fast
+        self.threshold = threshold
+        self.burn_in = burn_in
+        self.update = update
+        self.adapt_rate = adapt_rate
+        self.adapt_k = adapt_k
+        self.target_arl = target_arl
+        self.calibration = calibration
+        self.reset_on_alarm = reset_on_alarm
+        self.field = field
+        self._validate_params()
+        self._reset()
+
+    def _detector_params(self) -> dict:
+        params = self._get_params()
+        params.pop("field")
+        return params
+
+    def _validate_params(self) -> None:
+        if not isinstance(self.field, str) or not self.field:
+            raise ValueError(f"field must be a non-empty string, got {self.field!r}")
+        KarcherDetector(**self._detector_params())
+
+    def _reset(self) -> None:
+        self._detector = KarcherDetector(**self._detector_params())
+
+    def state_dict(self) -> dict:
+        from operators.base import decode_state, encode_state
+
+        return {"operator": self.name,
+                "state": decode_state(encode_state(self._detector.state_dict()))}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if "state" not in state:
+            raise ValueError("state_dict has no 'state' entry")
+        if state.get("operator", self.name) != self.name:
+            raise ValueError(f"state_dict is for operator {state.get('operator')!r}, "
+                             f"not {self.name!r}")
+        self._reset()
+        self._detector.load_state_dict(state["state"])
+
+    def _emit(self, record: Mapping, g: float, alarm: bool) -> dict:
+        h = self._detector.threshold_value
+        return self._output(record, alarm=bool(alarm), statistic=float(g),
+                            threshold=None if h is None else float(h))
+
+    def process(self, record: Mapping) -> list[dict]:
+        det = self._detector
+        det.update(get_field(record, self.field))
+        return [self._emit(record, det.statistic, det.drift_detected)]
+
+    def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
+        """Same outputs as :meth:`process` in a loop; valid runs go through the kernel."""
+        det = self._detector
+        out: list[dict | DeadLetter] = []
+        run: list[tuple[Mapping, np.ndarray]] = []
+
+        def flush() -> None:
+            if run:
+                g, alarms, hs = det.update_many(np.stack([p for _, p in run]))
+                for (rec, _), gi, ai, hi in zip(run, g, alarms, hs, strict=True):
+                    out.append(self._output(rec, alarm=bool(ai), statistic=float(gi),
+                                            threshold=None if math.isnan(hi) else float(hi)))
+                run.clear()
+
+        for record in records:
+            try:
+                if det._shape is None and not run:
+                    # The first point fixes the geometry: take it the slow way.
+                    flush()
+                    out.extend(self.process(record))
+                    continue
+                point = det.validate(get_field(record, self.field))
+                run.append((record, point))
+            except BadInput as exc:
+                flush()
+                out.append(self._dead_letter(record, exc))
+        flush()
+        return out
+
+    # ---- hooks for the check suite ----------------------------------------------------
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict]:
+        yield {"manifold": "spd", "burn_in": 30, "threshold": 0.3, "update": "retraction"}
+        yield {"manifold": "spd-log-euclidean", "burn_in": 30, "step_slow": 0.05,
+               "step_fast": 0.1}
+        yield {"manifold": "spd-bures-wasserstein", "burn_in": 30, "threshold": "calibrated",
+               "calibration": 40, "target_arl": 50.0}
+        yield {"manifold": "grassmann", "burn_in": 30, "update": "retraction"}
+        yield {"manifold": "sphere", "burn_in": 30, "threshold": 0.2}
+
+    @classmethod
+    def _test_stream(cls, params: dict, n: int = 200, seed: int = 0) -> list[dict]:
+        from streams.synthetic import GrassmannStream, WishartSPDStream
+
+        m = params.get("manifold", "spd")
+        if m.startswith("spd"):
+            src = WishartSPDStream(n=n, change_point=n // 2, dim=3, df=6, seed=seed + 1)
+        elif m == "grassmann":
+            src = GrassmannStream(n=n, change_point=n // 2, ambient=6, rank=2, shift=1.0,
+                                  seed=seed + 1)
+        else:
+            rng = np.random.default_rng(seed)
+            x = rng.normal(size=(n, 3)) + np.array([3.0, 0.0, 0.0])
+            x[n // 2:] += np.array([-3.0, 3.0, 0.0])
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            return [{"key": "k", "ts": float(i), "offset": i, "value": v.tolist()}
+                    for i, v in enumerate(x)]
+        return [{"key": "k", "ts": float(i), "offset": i, "value": r["value"]}
+                for i, r in enumerate(src)]
+
+    @classmethod
+    def _bad_records(cls, params: dict) -> list[dict]:
+        m = params.get("manifold", "spd")
+        bad: list[Any] = [float("nan"), "abc", [[1.0, 2.0], [3.0]]]
+        if m.startswith("spd"):
+            bad += [np.eye(4).tolist(), [[1.0, 0.0, 0.0], [0.0, float("nan"), 0.0], [0, 0, 1.0]],
+                    [[1.0, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+                    [[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]]]
+        elif m == "grassmann":
+            bad += [np.ones((6, 2)).tolist(), np.eye(5)[:, :2].tolist()]
+        else:
+            bad += [[1.0, 1.0, 0.0], [1.0, 0.0]]
+        return [{"key": "k", "value": v} for v in bad] + [{"key": "k"}]

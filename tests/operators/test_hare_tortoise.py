@@ -1,0 +1,300 @@
+"""Hare & Tortoise operator: resume, EMA/reset against hand computations, baselines, inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from operators import BadInput, Keyed, create, dumps_state, loads_state  # noqa: E402
+from operators.hare_tortoise import HareTortoise  # noqa: E402
+
+SMALL = {"in_dim": 5, "n_classes": 3, "hidden": [16], "batch_size": 8, "buffer_size": 40,
+         "ema_momentum": 0.9, "reset_every": 7, "seed": 11}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Tiny networks run faster on one thread, and far faster on a shared, loaded machine.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def stream(n=600, seed=0, d=5, k=3, tasks=2):
+    rng = np.random.default_rng(seed)
+    means = rng.normal(0, 2, (tasks, k, d))
+    out = []
+    for i in range(n):
+        task = i * tasks // n
+        c = int(rng.integers(k))
+        out.append({"key": "s", "ts": float(i), "offset": i, "task": task, "y": c,
+                    "value": (means[task, c] + rng.normal(0, 1, d)).tolist()})
+    return out
+
+
+def run(op, records):
+    return [o for r in records for o in op.process(r)]
+
+
+def params_of(net):
+    return [p.detach().clone() for p in net.parameters()]
+
+
+# ---- resume ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [{}, {"method": "shrink-perturb"}, {"replay_ratio": 3},
+                                   {"predict_with": "hare", "replay_size": 3}])
+def test_resume_equals_uninterrupted(extra):
+    params = {**SMALL, **extra}
+    records = stream()
+    whole = create("hare-tortoise", **params)
+    expected = run(whole, records)
+    for cuts in ([123], [50, 301, 302, 555]):
+        op = create("hare-tortoise", **params)
+        got, start = [], 0
+        for cut in [*cuts, len(records)]:
+            got += run(op, records[start:cut])
+            blob = dumps_state(op.state_dict())
+            json.loads(blob)  # plain JSON
+            op = create("hare-tortoise", **params)  # a new process: nothing carried over
+            op.load_state_dict(loads_state(blob))
+            start = cut
+        assert got == expected
+        assert dumps_state(op.state_dict()) == dumps_state(whole.state_dict())
+    assert whole.n_steps == 75 * params.get("replay_ratio", 1)
+
+
+def test_state_is_safe_json_with_tensors_and_everything_in_it():
+    op = create("hare-tortoise", **SMALL)
+    run(op, stream(n=101))
+    state = json.loads(dumps_state(op.state_dict()))["state"]
+    assert set(state) == {"hare", "tortoise", "optimizer", "rng", "buffer_x", "buffer_y",
+                          "batch_x", "batch_y", "n_seen", "n_steps", "n_resets",
+                          "n_task_changes", "task"}
+    assert "__tensor__" in state["hare"]["0.weight"]
+    assert state["n_steps"] == 12 and len(state["batch_y"]["shape"]) == 1
+    back = loads_state(dumps_state(op.state_dict()))["state"]
+    assert isinstance(back["hare"]["0.weight"], torch.Tensor)
+    # The state shares no memory with the live networks.
+    assert back["hare"]["0.weight"].data_ptr() != op.hare[0].weight.data_ptr()
+
+
+def test_global_torch_rng_untouched_and_seed_reproducible():
+    before = torch.get_rng_state()
+    a = create("hare-tortoise", **SMALL, model=lambda: torch.nn.Sequential(
+        torch.nn.Linear(5, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 3)))
+    out_a = run(a, stream(n=200))
+    assert torch.equal(torch.get_rng_state(), before)
+    b = a.clone()
+    assert run(b, stream(n=200)) == out_a
+    c = a.clone(seed=12)
+    assert run(c, stream(n=200)) != out_a
+
+
+# ---- the step, the EMA and the reset against hand computations -------------------------
+
+
+def test_step_is_adamw_with_clipping_and_ema_matches_hand_computation():
+    op = create("hare-tortoise", **{**SMALL, "reset_every": 1000})
+    rng = np.random.default_rng(1)
+    x = rng.normal(0, 3, (12, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 12)
+    # Reference: a plain copy of the Hare with its own AdamW, zero_grad every step, clip 0.5.
+    ref = HareTortoise(**SMALL).hare  # the same seed gives the same initial network
+    pairs = zip(ref.parameters(), op.hare.parameters(), strict=True)
+    assert all(torch.equal(p, q) for p, q in pairs)
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=1e-3)
+    tortoise = params_of(op.tortoise)
+    for step in range(4):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ref(torch.from_numpy(x)), torch.from_numpy(y))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+        opt.step()
+        op.learn_many(x, y)
+        for p, q in zip(ref.parameters(), op.hare.parameters(), strict=True):
+            assert torch.equal(p, q), f"Hare differs from plain AdamW at step {step}"
+        pairs = zip(tortoise, ref.parameters(), strict=True)
+        tortoise = [0.9 * t + 0.1 * h.detach() for t, h in pairs]
+        for t, q in zip(tortoise, op.tortoise.parameters(), strict=True):
+            torch.testing.assert_close(q, t, rtol=1e-6, atol=1e-7)
+    assert op.n_steps == 4 and op.n_resets == 0
+
+
+def test_ema_covers_float_buffers_and_copies_integer_buffers():
+    def net():
+        return torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.BatchNorm1d(6),
+                                   torch.nn.Linear(6, 3))
+
+    op = create("hare-tortoise", **{**SMALL, "reset_every": 1000}, model=net)
+    x = np.random.default_rng(2).normal(3, 2, (16, 5))
+    t_mean = op.tortoise[1].running_mean.clone()
+    op.learn_many(x, np.zeros(16, dtype=int))
+    h_mean = op.hare[1].running_mean
+    assert not torch.equal(h_mean, t_mean)
+    torch.testing.assert_close(op.tortoise[1].running_mean, 0.9 * t_mean + 0.1 * h_mean)
+    assert int(op.tortoise[1].num_batches_tracked) == int(op.hare[1].num_batches_tracked) == 1
+
+
+def test_reset_copies_values_keeps_optimiser_state_and_never_aliases():
+    op = create("hare-tortoise", **{**SMALL, "reset_every": 3})
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(0, 1, (8, 5)), rng.integers(0, 3, 8)
+    for _ in range(2):
+        op.learn_many(x, y)
+    assert op.n_resets == 0
+    assert not all(torch.equal(h, t) for h, t in
+                   zip(op.hare.parameters(), op.tortoise.parameters(), strict=True))
+    op.learn_many(x, y)
+    assert op.n_resets == 1
+    for h, t in zip(op.hare.state_dict().values(), op.tortoise.state_dict().values(), strict=True):
+        assert torch.equal(h, t)
+        assert h.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    # The optimiser still drives the Hare's own tensors and kept its moments and step count.
+    opt_params = op._opt.param_groups[0]["params"]
+    assert all(p is q for p, q in zip(opt_params, op.hare.parameters(), strict=True))
+    state = op._opt.state[opt_params[0]]
+    assert float(state["step"]) == 3 and float(state["exp_avg"].abs().sum()) > 0
+    # A later step moves the Hare; the Tortoise moves only by the EMA.
+    tortoise = params_of(op.tortoise)
+    op.learn_many(x, y)
+    hare = params_of(op.hare)
+    for t0, t1, h in zip(tortoise, op.tortoise.parameters(), hare, strict=True):
+        torch.testing.assert_close(t1, 0.9 * t0 + 0.1 * h, rtol=1e-6, atol=1e-7)
+    assert not all(torch.equal(a, b) for a, b in zip(tortoise, hare, strict=True))
+
+
+def test_stream_schedule_micro_batches_replay_and_resets():
+    op = create("hare-tortoise", **{**SMALL, "replay_ratio": 2, "reset_every": 5})
+    records = stream(n=100)
+    run(op, records[:7])
+    assert op.n_steps == 0 and op.buffer_len == 0  # micro-batch not full yet
+    run(op, records[7:8])
+    assert op.n_steps == 2 and op.buffer_len == 8
+    run(op, records[8:100])
+    assert op.n_steps == 2 * 12 and op.n_resets == 24 // 5
+    assert op.buffer_len == 40 and op._n_seen == 96
+
+
+def test_unlabelled_and_evaluation_only_records_are_predicted_not_learned():
+    op = create("hare-tortoise", **SMALL)
+    before = dumps_state(op.state_dict())
+    records = stream(n=50)
+    unlabelled = [{k: v for k, v in r.items() if k != "y"} for r in records]
+    held_out = [{**r, "train": False} for r in records]
+    outs = run(op, unlabelled + held_out)
+    assert len(outs) == 100 and all("y_pred" in o and "y_pred_hare" in o for o in outs)
+    assert dumps_state(op.state_dict()) == before
+
+
+# ---- baselines -------------------------------------------------------------------------
+
+
+def test_warm_and_ema_baselines():
+    records = stream(n=400)
+    warm = create("hare-tortoise", **SMALL, method="warm")
+    outs = run(warm, records)
+    assert warm.tortoise is None and set(outs[0]) == {"key", "ts", "offset", "y", "task",
+                                                      "y_pred"}
+    ema = create("hare-tortoise", **SMALL, method="ema")
+    outs = run(ema, records)
+    assert ema.n_steps == 50 and ema.n_resets == 0 and "y_pred_hare" in outs[0]
+    # Without EMA and resets the Hare is plain training: warm's network equals EMA's Hare.
+    for p, q in zip(warm.hare.parameters(), ema.hare.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_task_change_interventions():
+    records = stream(n=80, tasks=2)  # task 0 -> 1 at record 40
+    for method in ("hare-tortoise", "ema", "warm"):
+        op = create("hare-tortoise", **SMALL, method=method)
+        plain = create("hare-tortoise", **SMALL, method=method)
+        run(op, records)
+        run(plain, [{**r, "task": None} for r in records])
+        assert op.n_task_changes == 1 and plain.n_task_changes == 0
+        assert dumps_state({"h": op.hare.state_dict()}) == dumps_state(
+            {"h": plain.hare.state_dict()}), method
+
+
+def test_shrink_perturb_matches_definition():
+    op = create("hare-tortoise", **SMALL, method="shrink-perturb", shrink=0.2)
+    run(op, stream(n=40, tasks=1))
+    before = params_of(op.hare)
+    gen_state = op._gen.get_state()
+    op.task_change()
+    after = params_of(op.hare)
+    op._gen.set_state(gen_state)
+    fresh = params_of(op._build())  # the new initialisation task_change drew
+    for b, a, f in zip(before, after, fresh, strict=True):
+        torch.testing.assert_close(a, 0.2 * b + 0.8 * f)
+    assert not all(torch.equal(f, p) for f, p in zip(fresh, params_of(HareTortoise(**SMALL)
+                                                                       .hare), strict=True))
+
+
+def test_head_reset_reinitialises_only_the_last_layer():
+    op = create("hare-tortoise", **SMALL, method="head-reset")
+    run(op, stream(n=40, tasks=1))
+    before = params_of(op.hare)
+    gen_state = op._gen.get_state()
+    run(op, [{**r, "task": 1} for r in stream(n=1, seed=5, tasks=1)])  # a task change
+    assert op.n_task_changes == 1
+    after = params_of(op.hare)
+    op._gen.set_state(gen_state)
+    fresh = params_of(op._build())
+    assert torch.equal(after[0], before[0]) and torch.equal(after[1], before[1])
+    assert torch.equal(after[2], fresh[2]) and torch.equal(after[3], fresh[3])
+
+
+# ---- input and parameters ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("record", "reason"), [
+    ({"value": [0.0] * 4, "y": 0}, "shape"),
+    ({"value": [0.0] * 4 + [float("nan")], "y": 0}, "NaN"),
+    ({"value": [0.0] * 5, "y": 3}, "0..2"),
+    ({"value": [0.0] * 5, "y": True}, "integer"),
+    ({"value": [0.0] * 5, "y": "1"}, "integer"),
+])
+def test_bad_input_leaves_model_untouched(record, reason):
+    op = create("hare-tortoise", **SMALL)
+    run(op, stream(n=37))
+    before = dumps_state(op.state_dict())
+    with pytest.raises(BadInput, match=reason):
+        op.process(record)
+    assert dumps_state(op.state_dict()) == before
+    out = Keyed(create("hare-tortoise", **SMALL)).process_batch([{**record, "key": 1}])
+    assert out[0].reason and "\n" not in out[0].reason
+
+
+@pytest.mark.parametrize(("param", "value"), [
+    ("method", "hare"), ("ema_momentum", 1.0), ("reset_every", 0), ("hidden", "big"),
+    ("predict_with", "both"), ("n_classes", 1), ("model", 3), ("clip_norm", -1.0),
+    ("seed", -1), ("replay_size", -2), ("batch_size", 2.0),
+])
+def test_invalid_parameters_name_themselves(param, value):
+    with pytest.raises(ValueError, match=param):
+        create("hare-tortoise", **{**SMALL, param: value})
+
+
+def test_model_factory_must_return_a_module():
+    with pytest.raises(ValueError, match="model"):
+        HareTortoise(in_dim=2, n_classes=2, model=lambda: "not a network")
+
+
+def test_torch_state_codec_round_trips_dtypes():
+    from operators.base import decode_state, encode_state
+
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.uint8,
+                  torch.bool):
+        t = (torch.arange(6) % 3).to(dtype).reshape(2, 3)
+        back = decode_state(json.loads(json.dumps(encode_state({"t": t}))))["t"]
+        assert back.dtype == dtype and torch.equal(back, t)
+    # A plain dict that happens to use the marker is escaped, not mistaken for a tensor.
+    odd = {"__tensor__": "not base64", "dtype": "float32", "shape": []}
+    assert decode_state(json.loads(json.dumps(encode_state(odd)))) == odd
