@@ -217,8 +217,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from deploy.demo import run_demo
 
-    return run_demo(out_dir=Path(args.out), datasets=args.dataset or None,
-                    detectors=args.detector or None, plots=not args.no_plots)
+    rc = run_demo(out_dir=Path(args.out), datasets=args.dataset or None,
+                  detectors=args.detector or None, plots=not args.no_plots)
+    if rc == 0 and not args.no_sensors:
+        # The multichannel part: Riemannian detection through the window-covariance transform.
+        from deploy.demo_sensors import run_sensor_demo
+
+        rc = run_sensor_demo(out_dir=Path(args.out) / "sensors", plots=not args.no_plots)
+    return rc
 
 
 # --------------------------------------------------------------------------------------
@@ -271,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--dataset", action="append", help="river drift dataset (repeatable)")
     d.add_argument("--detector", action="append", help="operator name (repeatable)")
     d.add_argument("--no-plots", action="store_true")
+    d.add_argument("--no-sensors", action="store_true",
+                   help="skip the multichannel part (Occupancy through window_covariance -> "
+                        "karcher)")
     d.set_defaults(func=cmd_demo)
 
     o = sub.add_parser("operators", help="list operators with their parameters")

@@ -271,7 +271,11 @@ class WishartSPDStream(_Synthetic):
     c
         Eigenvalue offset of ``M1``; ``None`` draws ``1.6 rand()``.
     seed
-        Seed of ``numpy.random.default_rng`` (scales and samples).
+        Seed of ``numpy.random.default_rng`` (samples, and the scales unless ``scale_seed``).
+    scale_seed
+        Seed of the scales ``M0``, ``M1`` alone. The paper keeps them fixed over its Monte
+        Carlo runs: give a fixed ``scale_seed`` and vary ``seed``. ``None``: the scales are
+        drawn from ``seed`` before the samples.
 
     Attributes
     ----------
@@ -296,13 +300,15 @@ class WishartSPDStream(_Synthetic):
     """
 
     def __init__(self, n: int = 2000, change_point: int | None = 1500, dim: int = 8,
-                 df: float = 11, c: float | None = None, seed: int = 1):
+                 df: float = 11, c: float | None = None, seed: int = 1,
+                 scale_seed: int | None = None):
         self.n = n
         self.change_point = change_point
         self.dim = dim
         self.df = df
         self.c = c
         self.seed = seed
+        self.scale_seed = scale_seed
         self._n = _check_n(n)
         self._bounds = _check_change_point(change_point, self._n)
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
@@ -311,7 +317,8 @@ class WishartSPDStream(_Synthetic):
             raise ValueError(f"df must be >= dim={dim} (SPD samples), got {df!r}")
         if c is not None and not (np.isfinite(c) and c >= 0):
             raise ValueError(f"c must be None or a finite number >= 0, got {c!r}")
-        m0, m1, c_used = random_spd_scale(np.random.default_rng(seed), dim, c)
+        m0, m1, c_used = random_spd_scale(
+            np.random.default_rng(seed if scale_seed is None else scale_seed), dim, c)
         self.scale_before, self.scale_after = m0, m1
         self.eig_offset = c_used
         self.name = "wishart"
@@ -320,7 +327,10 @@ class WishartSPDStream(_Synthetic):
 
     def __iter__(self) -> Iterator[dict]:
         rng = np.random.default_rng(self.seed)
-        scales = random_spd_scale(rng, self.dim, self.c)[:2]
+        if self.scale_seed is None:
+            scales = random_spd_scale(rng, self.dim, self.c)[:2]  # drawn first from `seed`
+        else:
+            scales = (self.scale_before, self.scale_after)
         for seg, start, stop in self._segments(self._bounds):
             x = stats.wishart(df=self.df, scale=scales[seg]).rvs(size=stop - start,
                                                                   random_state=rng)
@@ -350,7 +360,12 @@ class GrassmannStream(_Synthetic):
     shift
         Scale of the random perturbation of the mean.
     seed
-        Seed of ``numpy.random.default_rng``.
+        Seed of ``numpy.random.default_rng`` (samples, and the parameters unless
+        ``scale_seed``).
+    scale_seed
+        Seed of the fixed parameters (``U``, ``V``, ``M0``, ``M1``) alone, so that Monte Carlo
+        runs varying ``seed`` share one change, as in the paper. ``None``: drawn from
+        ``seed`` before the samples.
 
     References
     ----------
@@ -366,13 +381,15 @@ class GrassmannStream(_Synthetic):
     """
 
     def __init__(self, n: int = 2000, change_point: int | None = 1500, ambient: int = 20,
-                 rank: int = 5, shift: float = 0.03, seed: int = 1):
+                 rank: int = 5, shift: float = 0.03, seed: int = 1,
+                 scale_seed: int | None = None):
         self.n = n
         self.change_point = change_point
         self.ambient = ambient
         self.rank = rank
         self.shift = shift
         self.seed = seed
+        self.scale_seed = scale_seed
         self._n = _check_n(n)
         self._bounds = _check_change_point(change_point, self._n)
         for label, v in (("ambient", ambient), ("rank", rank)):
@@ -396,7 +413,10 @@ class GrassmannStream(_Synthetic):
 
     def __iter__(self) -> Iterator[dict]:
         rng = np.random.default_rng(self.seed)
-        a, b, means = self._params(rng)
+        if self.scale_seed is None:
+            a, b, means = self._params(rng)  # drawn first from `seed`
+        else:
+            a, b, means = self._params(np.random.default_rng(self.scale_seed))
         d, p = self.ambient, self.rank
         for seg, start, stop in self._segments(self._bounds):
             g = rng.standard_normal((stop - start, d, d))

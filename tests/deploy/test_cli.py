@@ -85,7 +85,7 @@ def test_console_script_error_has_no_traceback(tmp_path):
 
 def test_demo_writes_report_and_png(tmp_path, capsys):
     rc = main(["demo", "--out", str(tmp_path), "--dataset", "UKCoalEmploy",
-               "--dataset", "RunLog"])
+               "--dataset", "RunLog", "--no-sensors"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "river:ADWIN" in text and "zero (no alarm)" in text

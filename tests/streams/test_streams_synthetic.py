@@ -125,3 +125,22 @@ def test_grassmann_points_orthonormal_and_change_is_real():
     assert across > 3 * within
     with pytest.raises(ValueError, match="rank"):
         GrassmannStream(ambient=3, rank=4)
+
+
+def test_scale_seed_fixes_the_change_across_sample_seeds():
+    import numpy as np
+
+    from streams.synthetic import GrassmannStream, WishartSPDStream
+
+    a = WishartSPDStream(n=6, change_point=3, dim=3, df=4, seed=1, scale_seed=9)
+    b = WishartSPDStream(n=6, change_point=3, dim=3, df=4, seed=2, scale_seed=9)
+    assert np.array_equal(a.scale_after, b.scale_after)
+    assert not np.array_equal([r["value"] for r in a], [r["value"] for r in b])
+    # default: parameters follow the seed, as before
+    c = WishartSPDStream(n=6, change_point=3, dim=3, df=4, seed=2)
+    assert not np.array_equal(a.scale_after, c.scale_after)
+    g1 = [r["value"] for r in GrassmannStream(n=3, change_point=2, ambient=6, rank=2, seed=1,
+                                               scale_seed=5)]
+    g2 = [r["value"] for r in GrassmannStream(n=3, change_point=2, ambient=6, rank=2, seed=1,
+                                               scale_seed=5)]
+    assert np.array_equal(g1, g2)
