@@ -34,6 +34,7 @@ from operators.base import (
     registered_names,
     resolve,
 )
+from operators.cila import CILA
 from operators.confseq import ConfSeqDetector, ConfSeqOperator
 from operators.hare_tortoise import HareTortoise
 from operators.manifold_transforms import NormalizeSphere, WindowCovariance, WindowSubspace
@@ -83,4 +84,5 @@ __all__ = [
     "WindowCovariance",
     "WindowSubspace",
     "NormalizeSphere",
+    "CILA",
 ]
