@@ -178,6 +178,8 @@ def cmd_operators(args: argparse.Namespace) -> int:
         if info.input_kind:
             print(f"{'':<22} input: {info.input_kind}")
         print(f"{'':<22} params: {params or '(none)'}")
+    print("\nEvery operator also takes keep_input=true: its outputs then carry the input "
+          "record's fields too.")
     return 0
 
 

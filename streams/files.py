@@ -157,6 +157,15 @@ class _FileSource(Source):
         if self.ts_format is not None and not isinstance(self.ts_format, str):
             raise ValueError(f"ts_format must be 'iso', a strptime format or None, "
                              f"got {self.ts_format!r}")
+        extra = [self.extra] if isinstance(self.extra, str) else self.extra
+        if not isinstance(extra, (list, tuple)) or not all(
+                isinstance(c, str) and c for c in extra):
+            raise ValueError(f"extra must be a list of field names, got {self.extra!r}")
+        taken = {"key", "ts", "value", "y", "task", "offset"} & set(extra)
+        if taken:
+            raise ValueError(f"extra may not name the record fields {sorted(taken)}; map them "
+                             "with key=, ts=, value=, y=, task=")
+        self._extra = list(extra)
 
     @property
     def columns(self) -> list[str]:
@@ -209,6 +218,9 @@ class CsvSource(_FileSource):
         ``None`` (ts is a number of seconds), ``"iso"``, or a ``strptime`` format.
     annotations
         True change points: a list of 0-based record indices, or ``{annotator: [indices]}``.
+    extra
+        More columns copied into the record under their own names (numbers parsed,
+        ``true``/``false`` as booleans), e.g. ``["train"]`` for evaluation-only rows.
 
     Notes
     -----
@@ -234,7 +246,7 @@ class CsvSource(_FileSource):
     def __init__(self, path: str | os.PathLike, value: str | Sequence[str] = "value",
                  key: str | None = None, ts: str | None = None, y: str | None = None,
                  task: str | None = None, delimiter: str = ",", ts_format: str | None = None,
-                 annotations: Any = None):
+                 annotations: Any = None, extra: Sequence[str] = ()):
         self.path = _check_path(path)
         self.value = value
         self.key = key
@@ -242,6 +254,7 @@ class CsvSource(_FileSource):
         self.y = y
         self.task = task
         self.delimiter = delimiter
+        self.extra = extra
         self.ts_format = ts_format
         if not isinstance(delimiter, str) or len(delimiter) != 1:
             raise ValueError(f"delimiter must be one character, got {delimiter!r}")
@@ -253,7 +266,8 @@ class CsvSource(_FileSource):
                              f"header; columns: {', '.join(self._header)}")
 
     def _wanted(self) -> list[str]:
-        return self._columns + [c for c in (self.key, self.ts, self.y, self.task) if c]
+        return (self._columns + [c for c in (self.key, self.ts, self.y, self.task) if c]
+                + list(self._extra))
 
     def _read_header(self) -> list[str]:
         try:
@@ -309,6 +323,9 @@ class CsvSource(_FileSource):
             record["y"] = _label(fields[pos[self.y]])
         if self.task:
             record["task"] = _label(fields[pos[self.task]])
+        for c in self._extra:
+            cell = fields[pos[c]].strip()
+            record[c] = {"true": True, "false": False}.get(cell.lower(), _label(cell))
         return record
 
 
@@ -334,6 +351,9 @@ class JsonlSource(_FileSource):
         ``None`` (ts is a number of seconds), ``"iso"``, or a ``strptime`` format.
     annotations
         True change points: a list of 0-based record indices, or ``{annotator: [indices]}``.
+    extra
+        More fields copied into the record as they are (absent ones are left out), e.g.
+        ``["train", "meta"]``.
 
     Notes
     -----
@@ -359,7 +379,7 @@ class JsonlSource(_FileSource):
     def __init__(self, path: str | os.PathLike, value: str | Sequence[str] = "value",
                  key: str | None = None, ts: str | None = None, y: str | None = None,
                  task: str | None = None, ts_format: str | None = None,
-                 annotations: Any = None):
+                 annotations: Any = None, extra: Sequence[str] = ()):
         self.path = _check_path(path)
         self.value = value
         self.key = key
@@ -367,6 +387,7 @@ class JsonlSource(_FileSource):
         self.y = y
         self.task = task
         self.ts_format = ts_format
+        self.extra = extra
         self._init_common(annotations)
         try:
             with _open_text(self.path) as f:
@@ -417,7 +438,14 @@ class JsonlSource(_FileSource):
             record["y"] = get_field(obj, self.y, None)
         if self.task:
             record["task"] = get_field(obj, self.task, None)
+        for c in self._extra:
+            v = get_field(obj, c, _ABSENT)
+            if v is not _ABSENT:
+                record[c] = v
         return record
+
+
+_ABSENT = object()
 
 
 def _json_key(key: Any) -> Any:

@@ -221,3 +221,26 @@ def test_every_public_name_of_the_operator_modules_imports():
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert hasattr(mod, name), f"{module}.{name}"
+
+
+@pytest.mark.parametrize("name, params", [("river:PageHinkley", {"threshold": 10.0}),
+                                          ("standardize", {"burn_in": 5}),
+                                          ("cs", {})])
+def test_keep_input_wrapper_passes_the_shared_checks(name, params):
+    from operators.checks import check_operator
+
+    check_operator(name, {**params, "keep_input": True})
+
+
+def test_keep_input_outputs_carry_input_fields_and_own_fields_win():
+    from operators import create
+
+    op = create("standardize", burn_in=2, keep_input=True)
+    recs = [{"key": "a", "offset": i, "value": float(i), "y": i % 2, "meta": {"s": 1}}
+            for i in range(4)]
+    outs = op.process_batch(recs)
+    assert [o["meta"] for o in outs] == [{"s": 1}] * 4
+    assert outs[-1]["value"] != recs[-1]["value"]  # the transform's value wins
+    assert op.state_dict()["operator"] == "standardize"
+    with pytest.raises(ValueError, match="keep_input"):
+        create("standardize", keep_input="yes")

@@ -174,3 +174,23 @@ def test_jsonl_missing_file():
 def test_parse_ts():
     assert parse_ts("3", None) == 3.0
     assert parse_ts("2024-01-01", "%Y-%m-%d") == 1704067200.0
+
+
+def test_extra_fields_are_copied(tmp_path):
+    import pytest
+
+    from streams.files import CsvSource, JsonlSource
+
+    j = tmp_path / "a.jsonl"
+    j.write_text('{"value": 1, "train": false, "meta": {"s": 2}}\n{"value": 2}\n')
+    recs = list(JsonlSource(j, extra=["train", "meta"]))
+    assert recs[0]["train"] is False and recs[0]["meta"] == {"s": 2}
+    assert "train" not in recs[1]
+    c = tmp_path / "a.csv"
+    c.write_text("value,train,site\n1,false,7\n2,true,x\n")
+    recs = list(CsvSource(c, extra=["train", "site"]))
+    assert [(r["train"], r["site"]) for r in recs] == [(False, 7), (True, "x")]
+    with pytest.raises(ValueError, match="extra"):
+        CsvSource(c, extra=["value"])
+    with pytest.raises(ValueError, match="no column"):
+        CsvSource(c, extra=["nope"])
