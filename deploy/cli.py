@@ -306,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("shiftwatch: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`shiftwatch operators | head`): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (UserError, ValueError, OSError, yaml.YAMLError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, FileNotFoundError) and exc.filename:
