@@ -1,6 +1,8 @@
 """Confidence-sequence detectors vs River's detectors: delay/false alarms, TCPD, throughput.
 
-Usage: ``python benchmarks/confseq.py [--runs 20] [--out benchmarks/results/confseq.md]``.
+Usage: ``python benchmarks/confseq.py [--runs 20] [--out benchmarks/results/confseq.md]``;
+``--only throughput`` reruns the throughput timings alone and replaces their section of
+``--out``.
 Every table uses the same seeded streams for every detector, in one run.
 """
 
@@ -184,11 +186,12 @@ def tcpd_table() -> list[str]:
     return lines
 
 
-def throughput(n: int) -> list[str]:
+def throughput(n: int, repeats: int = 1) -> list[str]:
     xs = np.random.default_rng(0).normal(0, 1, n)
     data = xs.tolist()
-    lines = ["| detector | path | samples/s | vs ADWIN loop | peak MiB (tracemalloc) |",
-             "| --- | --- | ---: | ---: | ---: |"]
+    lines = ["| detector | path | samples/s (median) | vs ADWIN loop (median) | "
+             "vs ADWIN, min-max | peak MiB (tracemalloc) |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
 
     def timed(fn, make=None):
         # Timed without tracemalloc (it slows Python code down); the peak memory comes from a
@@ -210,27 +213,48 @@ def throughput(n: int) -> list[str]:
         for v in data:
             det.update(v)
 
-    ConfSeqDetector(sigma=1.0).update_many(xs[:100])  # compile outside the timing
-    ConfSeqDetector(cs="betting", lower=-10, upper=10).update_many(xs[:100])
-    base, base_mem = timed(adwin_loop, drift.ADWIN)
-    lines.append(f"| river ADWIN | update loop | {n / base:,.0f} | 1.00 | {base_mem:.1f} |")
+    for p in (dict(sigma=1.0), dict(cs="betting", lower=-10, upper=10)):
+        det = ConfSeqDetector(**p)  # compile (or load from Numba's cache) outside the timing
+        det.update_many(xs[:100])
+        det.update(0.0)
     cases = {"cs subgaussian sigma=1": dict(sigma=1.0, alpha=0.001),
              "cs empirical-bernstein": dict(cs="empirical-bernstein", lower=-10, upper=10,
                                             alpha=0.001),
              "cs betting": dict(cs="betting", lower=-10, upper=10, alpha=0.001)}
-    for name, p in cases.items():
-        det = ConfSeqDetector(**p)
-        sec, mem = timed(lambda det=det: det.update_many(xs), lambda p=p: ConfSeqDetector(**p))
-        lines.append(f"| {name} | update_many | {n / sec:,.0f} | {base / sec:.2f} | {mem:.1f} |")
-        m = n // 10
-        det = ConfSeqDetector(**p)
+    m = n // 10
+    # rate[row] and ratio[row] over the repeats; each ratio uses the ADWIN time of its repeat
+    # (the machine is shared, so absolute speeds drift between repeats).
+    rate: dict[tuple, list[float]] = {}
+    ratio: dict[tuple, list[float]] = {}
+    mem: dict[tuple, float] = {}
+    for r in range(repeats):
+        base, base_mem = timed(adwin_loop, drift.ADWIN if r == 0 else None)
+        row = ("river ADWIN", "update loop")
+        rate.setdefault(row, []).append(n / base)
+        ratio.setdefault(row, []).append(1.0)
+        mem.setdefault(row, base_mem)
+        for name, p in cases.items():
+            det = ConfSeqDetector(**p)
+            sec, peak = timed(lambda det=det: det.update_many(xs),
+                              (lambda p=p: ConfSeqDetector(**p)) if r == 0 else None)
+            row = (name, "update_many")
+            rate.setdefault(row, []).append(n / sec)
+            ratio.setdefault(row, []).append(base / sec)
+            mem.setdefault(row, peak)
+            det = ConfSeqDetector(**p)
 
-        def loop(det=det, m=m):
-            for v in data[:m]:
-                det.update(v)
-        sec, _ = timed(loop)
-        lines.append(f"| {name} | update loop ({m:,} samples) | {m / sec:,.0f} | "
-                     f"{base / n / (sec / m):.2f} | |")
+            def loop(det=det):
+                for v in data[:m]:
+                    det.update(v)
+            sec, _ = timed(loop)
+            row = (name, f"update loop ({m:,} samples)")
+            rate.setdefault(row, []).append(m / sec)
+            ratio.setdefault(row, []).append(base / n / (sec / m))
+    for row in rate:
+        peak = mem.get(row, float("nan"))
+        lines.append(f"| {row[0]} | {row[1]} | {np.median(rate[row]):,.0f} | "
+                     f"{np.median(ratio[row]):.2f} | {min(ratio[row]):.2f}-{max(ratio[row]):.2f}"
+                     f" | {'' if np.isnan(peak) else f'{peak:.1f}'} |")
     mem_lines = ["", "Peak memory of update_many is mostly its output buffer (3 x 32,768 "
                  "float64 per chunk) and the returned alarm positions. Stored start-time "
                  "summaries (hull points; one hull per side, "
@@ -246,20 +270,49 @@ def throughput(n: int) -> list[str]:
     return lines + mem_lines
 
 
+THROUGHPUT_HEADING = "## Throughput on "
+
+
+def throughput_section(n: int, repeats: int) -> list[str]:
+    return [f"{THROUGHPUT_HEADING}{n:,} N(0,1) samples (no change), {repeats} repeats", "",
+            "Each repeat times River's ADWIN `update` loop and then every CS detector, in one "
+            "process; a ratio divides by the ADWIN time of its own repeat.", "",
+            *throughput(n, repeats), ""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3, help="repeats of the throughput timings")
+    ap.add_argument("--only", choices=["throughput"],
+                    help="run one part and replace its section of --out in place")
     ap.add_argument("--out", default="benchmarks/results/confseq.md")
     args = ap.parse_args()
     t0 = time.perf_counter()
+    stamp = (f"Date: {datetime.date.today()}. Machine: {os.cpu_count()} cores "
+             f"({platform.machine()}, shared with other jobs), Python "
+             f"{platform.python_version()}, numpy {np.__version__}, river "
+             f"{__import__('river').__version__}, numba {__import__('numba').__version__}.")
+    if args.only == "throughput":
+        section = [*throughput_section(args.n, args.repeats)]
+        section[1:1] = ["", f"Command: `python benchmarks/confseq.py --only throughput --n "
+                        f"{args.n} --repeats {args.repeats}` ({time.perf_counter() - t0:.0f} s)."
+                        f" {stamp}"]
+        out = Path(args.out)
+        old = out.read_text().splitlines() if out.exists() else []
+        start = next((i for i, line in enumerate(old) if line.startswith(THROUGHPUT_HEADING)),
+                     len(old))
+        end = next((i for i in range(start + 1, len(old))
+                    if old[i].startswith(("## ", "Total benchmark time"))), len(old))
+        out.write_text("\n".join(old[:start] + section + old[end:]) + "\n")
+        print("\n".join(section))
+        return
     parts = [
         "# Confidence-sequence detectors: benchmark results", "",
-        f"Command: `python benchmarks/confseq.py --runs {args.runs} --n {args.n}`", "",
-        f"Date: {datetime.date.today()}. Machine: {os.cpu_count()} cores "
-        f"({platform.machine()}, shared with other jobs), Python {platform.python_version()}, "
-        f"numpy {np.__version__}, river {__import__('river').__version__}, "
-        f"numba {__import__('numba').__version__}.", "",
+        f"Command: `python benchmarks/confseq.py --runs {args.runs} --n {args.n} --repeats "
+        f"{args.repeats}`", "",
+        stamp, "",
         f"## Beta streams on [0, 1] (paper setting), alpha = 0.001, {args.runs} runs", "",
         "Beta(2, 6) (mean 0.25) for 2000 samples, then mean + Delta at concentration 8, 3000 "
         "more. Delay = first alarm at or after the change; false alarms = alarms before it; "
@@ -272,8 +325,7 @@ def main() -> None:
         "## River's TCPD series: F1 (margin 5) and covering, default parameters", "",
         "Each detector behind `standardize` (burn-in 30), as in `shiftwatch demo`.", "",
         *tcpd_table(), "",
-        f"## Throughput on {args.n:,} N(0,1) samples (no change)", "",
-        *throughput(args.n), ""]
+        *throughput_section(args.n, args.repeats)]
     parts.append(f"Total benchmark time: {time.perf_counter() - t0:.0f} s.")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(parts) + "\n")

@@ -21,6 +21,8 @@ observations and mutates state arrays owned by a :class:`~operators.confseq.Conf
 
 Both return the number of observations consumed: less than ``len(xs)`` only when a hull
 array is full, in which case the caller grows it and calls again from there.
+:func:`cs_hull_step` and :func:`cs_betting_step` run them on one value with the state packed
+into two buffers, which is what makes ``ConfSeqDetector.update`` cheap to call from Python.
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import carray, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
-__all__ = ["cs_hull_run", "cs_betting_run", "hull_max_slope",
+__all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "hull_max_slope",
+           "HULL_STATE", "BETTING_STATE", "M_FLAG", "M_PFA", "M_LAYOUT",
+           "M_HULL_SIZE",
            "S_N", "S_LOWER", "S_UPPER", "S_SUM", "S_ALARM", "S_NBURN", "S_CENTER", "S_SCALE",
            "S_VAR", "S_BURN", "N_SCALARS"]
 
@@ -46,6 +52,20 @@ S_SCALE = 7    # scale divided by (fixed, or learned on the burn-in)
 S_VAR = 8      # sub-Gaussian variance proxy of the standardised values (constant-v modes)
 S_BURN = 9     # burn-in length (0: none)
 N_SCALARS = 10
+
+# Single-value path (``update``): every array of a detector lives in one float64 buffer and one
+# int64 buffer, so that a call from Python passes three arguments instead of fourteen (each
+# array argument costs ~50 ns to type and unbox). ``meta`` holds the flags, then for each
+# array of ``*_STATE`` its offset in the float buffer and shape (padded with 1s to 3 axes),
+# then the hull sizes. The float arrays, in order:
+HULL_STATE = ("_grid", "_hull_x", "_hull_y", "_walk", "_scalars", "_burn", "_ring_y",
+              "_ring_best", "_last", "_one")
+BETTING_STATE = ("_theta", "_lam_plus", "_lam_minus", "_cap_plus", "_cap_minus", "_scalars",
+                 "_burn", "_last", "_one", "_params")
+M_FLAG = 0     # empirical Bernstein (hull) / quantile (betting)
+M_PFA = 1      # alpha_m variant
+M_LAYOUT = 2   # first of the (offset, d0, d1, d2) blocks
+M_HULL_SIZE = M_LAYOUT + 4 * len(HULL_STATE)  # the (2, n_lambdas) hull sizes (hull CSs only)
 
 
 @njit(cache=True)
@@ -65,6 +85,38 @@ def hull_max_slope(hx, hy, h, qx, qy):
         else:
             hi = mid
     return (qy - hy[lo]) / (qx - hx[lo])
+
+
+@intrinsic
+def _address(typingctx, buf, offset):
+    """Pointer to ``buf[offset]`` (a 1-d array), for views without reference counting."""
+    sig = types.CPointer(buf.dtype)(buf, offset)
+
+    def codegen(context, builder, signature, args):
+        arr = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
+        return builder.gep(arr.data, [args[1]])
+
+    return sig, codegen
+
+
+# Views of the packed buffer: ``carray`` views carry no reference count, whereas slicing would
+# cost two atomic updates per view and call (~25 ns each). ``buf`` outlives the call.
+@njit(cache=True)
+def _view1(buf, meta, k):
+    b = M_LAYOUT + 4 * k
+    return carray(_address(buf, meta[b]), (meta[b + 1],))
+
+
+@njit(cache=True)
+def _view2(buf, meta, k):
+    b = M_LAYOUT + 4 * k
+    return carray(_address(buf, meta[b]), (meta[b + 1], meta[b + 2]))
+
+
+@njit(cache=True)
+def _view3(buf, meta, k):
+    b = M_LAYOUT + 4 * k
+    return carray(_address(buf, meta[b]), (meta[b + 1], meta[b + 2], meta[b + 3]))
 
 
 @njit(cache=True)
@@ -102,6 +154,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
     # With a constant v and no pfa offsets the walks of all lambda_j differ by a linear drift,
     # which does not change which points are on the hull: one hull per side serves all j.
     shared = (not bernstein) and (not pfa) and (not pruned)
+    n_hulls = 1 if shared else n_grid
     n_burn = int(scal[S_BURN])
     i = start
     while i < xs.shape[0]:
@@ -129,7 +182,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
         if not pruned:
             full = False
             for s in range(2):
-                for j in range(n_grid):
+                for j in range(n_hulls):
                     if hull_size[s, j] >= cap:
                         full = True
             if full:
@@ -275,36 +328,55 @@ def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_
         z = x if quantile else (x - scal[S_CENTER]) / scal[S_SCALE]
         lo = int(scal[S_LOWER])
         hi = int(scal[S_UPPER])
+        # Loops over theta innermost (contiguous, branch-free: SIMD); the same operations on
+        # each cell as the textbook recursion, so the capitals are bit-identical. The exclusion
+        # edges move only when some capital crosses, which the count detects cheaply.
+        crossed = 0
+        for b in range(n_bets):
+            lp = lam_plus[b]
+            cp = cap_plus[b]
+            if quantile:
+                for g in range(lo + 1, n_theta):
+                    w = max(cp[g], floor) * (1.0 + lp[g] * (p - (1.0 if z <= theta[g] else 0.0)))
+                    cp[g] = w
+                    crossed += w >= thr
+            else:
+                for g in range(lo + 1, n_theta):
+                    w = max(cp[g], floor) * (1.0 + lp[g] * (z - theta[g]))
+                    cp[g] = w
+                    crossed += w >= thr
         new_lo = lo
-        for g in range(lo + 1, n_theta):
-            th = theta[g]
+        if crossed:
+            for g in range(n_theta - 1, lo, -1):
+                for b in range(n_bets):
+                    if cap_plus[b, g] >= thr:
+                        new_lo = g
+                        break
+                if new_lo != lo:
+                    break
+        crossed = 0
+        for b in range(n_bets):
+            lm = lam_minus[b]
+            cm = cap_minus[b]
             if quantile:
-                e = p - (1.0 if z <= th else 0.0)
+                for g in range(hi):
+                    w = max(cm[g], floor) * (1.0 + lm[g] * ((1.0 if z < theta[g] else 0.0) - p))
+                    cm[g] = w
+                    crossed += w >= thr
             else:
-                e = z - th
-            for b in range(n_bets):
-                w = cap_plus[b, g]
-                if w < floor:
-                    w = floor
-                w *= 1.0 + lam_plus[b, g] * e
-                cap_plus[b, g] = w
-                if w >= thr and g > new_lo:
-                    new_lo = g
+                for g in range(hi):
+                    w = max(cm[g], floor) * (1.0 + lm[g] * (theta[g] - z))
+                    cm[g] = w
+                    crossed += w >= thr
         new_hi = hi
-        for g in range(hi - 1, -1, -1):
-            th = theta[g]
-            if quantile:
-                e = (1.0 if z < th else 0.0) - p
-            else:
-                e = th - z
-            for b in range(n_bets):
-                w = cap_minus[b, g]
-                if w < floor:
-                    w = floor
-                w *= 1.0 + lam_minus[b, g] * e
-                cap_minus[b, g] = w
-                if w >= thr and g < new_hi:
-                    new_hi = g
+        if crossed:
+            for g in range(hi):
+                for b in range(n_bets):
+                    if cap_minus[b, g] >= thr:
+                        new_hi = g
+                        break
+                if new_hi != hi:
+                    break
         scal[S_LOWER] = new_lo
         scal[S_UPPER] = new_hi
         if quantile:
@@ -321,3 +393,33 @@ def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_
             out[0, i] = 0.0
         i += 1
     return i
+
+
+@njit(cache=True)
+def cs_hull_step(x, buf, meta):
+    """:func:`cs_hull_run` on the single value ``x``, state packed as ``HULL_STATE``.
+
+    Returns 1, or 0 when a hull array is full (the caller grows it, repacks and calls again).
+    The interval goes to ``_last``.
+    """
+    one = _view1(buf, meta, 9)
+    one[0] = x
+    hull_size = carray(_address(meta, M_HULL_SIZE), (2, (meta.shape[0] - M_HULL_SIZE) // 2))
+    return cs_hull_run(one, 0, meta[M_FLAG] != 0, meta[M_PFA] != 0, _view2(buf, meta, 0),
+                       _view3(buf, meta, 1), _view3(buf, meta, 2), hull_size,
+                       _view2(buf, meta, 3), _view1(buf, meta, 4), _view1(buf, meta, 5),
+                       _view3(buf, meta, 6), _view2(buf, meta, 7),
+                       _view1(buf, meta, 8).reshape((3, 1)))
+
+
+@njit(cache=True)
+def cs_betting_step(x, buf, meta):
+    """:func:`cs_betting_run` on the single value ``x``, state packed as ``BETTING_STATE``."""
+    one = _view1(buf, meta, 8)
+    one[0] = x
+    params = _view1(buf, meta, 9)
+    return cs_betting_run(one, 0, meta[M_FLAG] != 0, params[0], meta[M_PFA] != 0,
+                          _view1(buf, meta, 0), _view2(buf, meta, 1), _view2(buf, meta, 2),
+                          params[1], _view2(buf, meta, 3), _view2(buf, meta, 4),
+                          _view1(buf, meta, 5), _view1(buf, meta, 6),
+                          _view1(buf, meta, 7).reshape((3, 1)))

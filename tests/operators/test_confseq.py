@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -238,6 +240,34 @@ def test_state_dict_round_trip_mid_stream():
         b = ConfSeqDetector(cs=cs)
         b.load_state_dict(a.state_dict())
         assert a.update_many(xs[500:]).tolist() == b.update_many(xs[500:]).tolist()
+
+
+@pytest.mark.parametrize("params", [dict(cs="subgaussian", sigma=1.0, alpha=0.01),
+                                    dict(cs="empirical-bernstein", lower=-6, upper=6, pfa=True),
+                                    dict(cs="betting", lower=-6, upper=6, alpha=0.01),
+                                    dict(cs="quantile")], ids=lambda p: p["cs"])
+def test_update_path_state_survives_copy_restore_and_growth(params):
+    # update() runs on one packed buffer (views rebound by _pack): a deep copy, a pickle, a
+    # state_dict restore and hull growth must all keep it consistent with update_many.
+    rng = np.random.default_rng(4)
+    xs = np.clip(np.r_[rng.normal(0, 1, 3000), rng.normal(0.8, 1, 3000)], -6, 6)
+    a = ConfSeqDetector(**params)
+    a.update_many(xs[:2500])
+    b = ConfSeqDetector(**params)
+    b.load_state_dict(a.state_dict())
+    expected = ConfSeqDetector(**params)
+    expected.update_many(xs[:2500])
+    expected = expected.update_many(xs[2500:]).tolist()
+    assert expected
+    for det in (a, b, copy.deepcopy(a), pickle.loads(pickle.dumps(a))):
+        alarms, last = [], None
+        for i, x in enumerate(xs[2500:].tolist()):
+            det.update(x)
+            if det.drift_detected:
+                alarms.append(i)
+                last = det.interval
+        assert alarms == expected
+        assert last is not None and last[0] >= last[1]
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), "abc", None, [1.0, 2.0], 1.5, -0.1])
