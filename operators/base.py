@@ -433,14 +433,22 @@ class Operator:
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a state produced by :meth:`state_dict` of an operator with equal params."""
-        if "state" not in state:
+        payload = self._state_payload(state)
+        self._reset()
+        for k, v in decode_state(encode_state(dict(payload))).items():
+            setattr(self, k, v)
+
+    def _state_payload(self, state: Any) -> Mapping:
+        """The ``state`` entry of a state_dict, after checking it is this operator's.
+
+        Raises ``ValueError`` (one line) for a malformed state_dict or another operator's.
+        """
+        if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping):
             raise ValueError("state_dict has no 'state' entry")
         want = self.name or type(self).__name__
         if state.get("operator", want) != want:
             raise ValueError(f"state_dict is for operator {state.get('operator')!r}, not {want!r}")
-        self._reset()
-        for k, v in decode_state(encode_state(dict(state["state"]))).items():
-            setattr(self, k, v)
+        return state["state"]
 
     # ---- hooks for the shared check suite (operators/checks.py) -----------------------
 

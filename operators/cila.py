@@ -482,12 +482,7 @@ class CILA(Operator):
         return {"operator": self.name, "state": decode_state(encode_state(state))}
 
     def load_state_dict(self, state: Mapping) -> None:
-        if not isinstance(state, Mapping) or "state" not in state:
-            raise ValueError("state_dict has no 'state' entry")
-        if state.get("operator", self.name) != self.name:
-            raise ValueError(f"state_dict is for operator {state.get('operator')!r}, "
-                             f"not {self.name!r}")
-        s = decode_state(encode_state(dict(state["state"])))  # private copies
+        s = decode_state(encode_state(dict(self._state_payload(state))))  # private copies
         self._reset()
         if s["n_features"] is not None:
             if self._encoder is None or self._n_features != s["n_features"]:

@@ -538,12 +538,7 @@ class ConfSeqOperator(Operator):
                           "detectors": [d.state_dict() for d in self._detectors]}}
 
     def load_state_dict(self, state: Mapping) -> None:
-        if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping):
-            raise ValueError("state_dict has no 'state' entry")
-        if state.get("operator", self.name) != self.name:
-            raise ValueError(f"state_dict is for operator {state.get('operator')!r}, "
-                             f"not {self.name!r}")
-        inner = state["state"]
+        inner = self._state_payload(state)
         self._reset()
         if inner.get("shape") is None:
             return

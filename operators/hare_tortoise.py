@@ -373,13 +373,9 @@ class HareTortoise(Operator):
         return {"operator": self.name, "state": decode_state(encode_state(raw))}
 
     def load_state_dict(self, state: Mapping) -> None:
-        if not isinstance(state, Mapping) or "state" not in state:
-            raise ValueError("state_dict has no 'state' entry")
-        if state.get("operator", self.name) != self.name:
-            raise ValueError(f"state_dict is for operator {state.get('operator')!r}, "
-                             f"not {self.name!r}")
+        payload = self._state_payload(state)
         self._reset()
-        s = decode_state(encode_state(dict(state["state"])))
+        s = decode_state(encode_state(dict(payload)))
         if (s["tortoise"] is None) != (self._tortoise is None):
             raise ValueError(f"state_dict does not match method {self.method!r}")
         # load_state_dict copies values into the existing tensors, so the cached lists hold.

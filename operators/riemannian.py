@@ -585,13 +585,9 @@ class KarcherOperator(Operator):
                 "state": decode_state(encode_state(self._detector.state_dict()))}
 
     def load_state_dict(self, state: Mapping) -> None:
-        if "state" not in state:
-            raise ValueError("state_dict has no 'state' entry")
-        if state.get("operator", self.name) != self.name:
-            raise ValueError(f"state_dict is for operator {state.get('operator')!r}, "
-                             f"not {self.name!r}")
+        payload = self._state_payload(state)
         self._reset()
-        self._detector.load_state_dict(state["state"])
+        self._detector.load_state_dict(payload)
 
     def _emit(self, record: Mapping, g: float, alarm: bool) -> dict:
         h = self._detector.threshold_value

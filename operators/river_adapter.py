@@ -293,12 +293,7 @@ class RiverDetector(Operator):
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a state from :meth:`state_dict` (decoding only allowlisted classes)."""
-        if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping):
-            raise ValueError("state_dict has no 'state' entry")
-        if state.get("operator", self.name) != self.name:
-            raise ValueError(f"state_dict is for operator {state.get('operator')!r}, "
-                             f"not {self.name!r}")
-        inner = state["state"]
+        inner = self._state_payload(state)
         shape, docs = inner.get("shape"), inner.get("detectors")
         if shape is None or docs is None:
             self._reset()
