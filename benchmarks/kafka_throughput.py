@@ -16,7 +16,7 @@ In one run it
    clock stops; at these sizes it is a few milliseconds).
 
 Each measurement is the best of ``--repeats`` passes (the machine is shared). The table goes
-to stdout and to benchmarks/results/kafka.md.
+to stdout and to benchmarks/results/kafka.md (``--output``; ``-`` for stdout only).
 """
 
 from __future__ import annotations
@@ -159,6 +159,8 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "kafka.md"),
+                    help="where the table goes ('-': stdout only)")
     args = ap.parse_args()
     if args.quick:
         args.records, args.repeats = 10_000, 1
@@ -211,8 +213,8 @@ def main() -> None:
         lines.append(f"| {name} | {g} | {label} | {rate:,.0f} | {rate / raw:.2f} | {cps} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    if not args.quick:
-        out = ROOT / "benchmarks" / "results" / "kafka.md"
+    if not args.quick and args.output != "-":
+        out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
 

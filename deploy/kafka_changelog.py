@@ -1,34 +1,218 @@
-"""Changelog checkpoints: a partition's operator state and the input offset it reflects.
+"""Changelog checkpoints: per-key operator state and the input offset it reflects.
 
 A stage writes the state of each input partition it owns to the compacted topic
 ``<pipeline>.<stage>.changelog``, into the changelog partition with the same number
-(co-partitioned, as Kafka Streams does). A checkpoint is one or more messages:
+(co-partitioned, as Kafka Streams does). Checkpoints are incremental: checkpoint ``id``
+writes only the keys whose state changed since the previous checkpoint, then one small
+commit marker. Messages (keys are UTF-8; ``T`` is the input topic, ``P`` its partition):
 
-* key ``"<input topic>/<partition>/<slot>/<chunk>"`` — the slot alternates 0, 1 between
-  consecutive checkpoints, so a checkpoint cut short by a crash never overwrites (under
-  compaction) the chunks of the last complete one;
-* value: one JSON header line ``{"id", "offset", "chunk", "chunks", "bytes"}`` then the
-  chunk's bytes. The state is ``operators.base.dumps_state`` JSON (no pickle), cut into
-  ``chunk_bytes`` pieces (default 512 KiB, below Kafka's default 1 MiB message limit), so a
-  state of any size fits; restoring reads it back whole into memory.
+* **key entry** ``"T/P/k/<op>/<slot>/<chunk>/<key>"``: the state of one record key in the
+  ``op``-th operator of the chain (``operators.base.dumps_state`` JSON, no pickle). Value:
+  a JSON header line ``{"id", "chunk", "chunks", "bytes"}`` then the chunk's bytes. A state
+  larger than ``chunk_bytes`` (default 512 KiB, below Kafka's default 1 MiB message limit) is
+  cut into several chunks, so per-key states of any size fit; restoring holds every key's
+  state in memory.
+* **commit marker** ``"T/P/m"``: ``{"id", "offset", "keys", "upstream"}`` — the checkpoint
+  ``id`` is complete and the state reflects exactly the input records below ``offset``
+  (the next offset to read); ``keys`` is the number of keys of each operator (a check on
+  restore); ``upstream`` the de-duplication high-water marks.
 
-``offset`` is the next input offset to read: the state reflects exactly the records below it.
-Restoring reads the changelog partition from its beginning to its end and keeps the complete
-checkpoint with the highest ``id``.
+Every key alternates between two **slots**: a new version of a key goes to the slot that does
+*not* hold its last committed version, and a key's slots flip only once the marker covering
+the new version is durable. So the committed version is never overwritten (nor compacted
+away) by a checkpoint that has not completed. Restoring takes the newest marker and, per key,
+the newest complete version whose ``id`` is at or below the marker's. Entries with a higher
+``id`` come from a checkpoint cut short by a crash (entries written, marker not): restore
+ignores them, reports them (``junk``) and the stage deletes them (tombstones) in its next
+checkpoint, before any marker could cover their ``id``; a restored stage numbers its next
+checkpoint above every ``id`` it saw, so an old entry never passes for a new one.
+
+The pre-incremental format (full-state checkpoints under ``"T/P/<slot>/<chunk>"``) is still
+read when a partition has no marker yet (:func:`assemble`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
-__all__ = ["Checkpoint", "encode_checkpoint", "ChangelogReader"]
+__all__ = ["Checkpoint", "Restored", "encode_entry", "encode_marker", "entry_key",
+           "restore", "checkpoints_in", "encode_checkpoint", "assemble", "ChangelogReader"]
+
+
+def _head(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def entry_key(topic: str, partition: int, op: int, slot: int, chunk: int, key: str) -> bytes:
+    """The changelog key of one chunk of one record key's state."""
+    return f"{topic}/{partition}/k/{op}/{slot}/{chunk}/{key}".encode("utf-8", "surrogatepass")
+
+
+def encode_entry(topic: str, partition: int, checkpoint_id: int, op: int, key: str, slot: int,
+                 state: bytes, chunk_bytes: int) -> list[tuple[bytes, bytes]]:
+    """The (key, value) messages holding ``state`` of record ``key`` in operator ``op``.
+
+    >>> msgs = encode_entry("in", 2, 7, 0, "s1", 1, b"x" * 10, chunk_bytes=4)
+    >>> [k.decode() for k, _ in msgs]
+    ['in/2/k/0/1/0/s1', 'in/2/k/0/1/1/s1', 'in/2/k/0/1/2/s1']
+    >>> decode_message(msgs[2][1])
+    ({'id': 7, 'chunk': 2, 'chunks': 3, 'bytes': 10}, b'xx')
+    """
+    n = max(1, -(-len(state) // chunk_bytes))
+    return [(entry_key(topic, partition, op, slot, i, key),
+             _head({"id": checkpoint_id, "chunk": i, "chunks": n, "bytes": len(state)})
+             + b"\n" + state[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(n)]
+
+
+def encode_marker(topic: str, partition: int, checkpoint_id: int, offset: int,
+                  keys: list[int], upstream: list) -> tuple[bytes, bytes]:
+    """The commit marker of checkpoint ``checkpoint_id``."""
+    return (f"{topic}/{partition}/m".encode(),
+            _head({"id": checkpoint_id, "offset": offset, "keys": keys,
+                   "upstream": upstream}))
+
+
+def decode_message(value: bytes) -> tuple[dict, bytes]:
+    head, _, body = value.partition(b"\n")
+    return json.loads(head), body
+
+
+@dataclass
+class Restored:
+    """The state of one input partition as of its newest commit marker.
+
+    ``states[op][key]`` is the ``dumps_state`` bytes of ``key`` in operator ``op``;
+    ``slots[(op, key)]`` the slot holding that committed version; ``junk`` the changelog keys
+    of entries from checkpoints that never completed (delete them before the next marker);
+    ``next_id`` is above every checkpoint id seen. ``legacy`` marks a full-state checkpoint
+    of the old format (then ``states`` holds the whole state under ``legacy_state``).
+    """
+
+    id: int
+    offset: int
+    upstream: list
+    states: list[dict[str, bytes]] = field(default_factory=list)
+    slots: dict[tuple[int, str], int] = field(default_factory=dict)
+    junk: list[bytes] = field(default_factory=list)
+    next_id: int = 0
+    legacy_state: bytes | None = None
+
+
+def restore(messages: Iterable[tuple[bytes, bytes | None]], topic: str, partition: int
+            ) -> Restored | None:
+    """The state of ``topic``/``partition`` as of its newest marker among changelog messages.
+
+    Messages are in log order; a later message with the same key replaces an earlier one and
+    a ``None`` value deletes it (what compaction keeps). Raises ``ValueError`` if the entries
+    a marker covers are not all there (a damaged changelog).
+
+    >>> e = lambda cid, key, slot, s: encode_entry("in", 0, cid, 0, key, slot, s, 4)
+    >>> msgs = e(1, "a", 0, b'"a1"') + e(1, "b", 0, b'"b1"')
+    >>> msgs.append(encode_marker("in", 0, 1, 50, [2], []))
+    >>> msgs += e(2, "a", 1, b'"a2-longer"')   # a crash before marker 2: ignored
+    >>> r = restore(msgs, "in", 0)
+    >>> r.id, r.offset, r.states, r.next_id, len(r.junk)
+    (1, 50, [{'a': b'"a1"', 'b': b'"b1"'}], 3, 3)
+    """
+    prefix = f"{topic}/{partition}/".encode()
+    latest: dict[bytes, bytes] = {}
+    for key, value in messages:
+        if key is not None and key.startswith(prefix):
+            if value is None:
+                latest.pop(key, None)
+            else:
+                latest[key] = value
+    return _assemble(latest, prefix, topic, partition)
+
+
+def checkpoints_in(messages: Iterable[tuple[bytes, bytes | None]], topic: str,
+                   partition: int) -> Iterator[Restored]:
+    """What :func:`restore` gives as of each marker of a full (uncompacted) changelog."""
+    prefix = f"{topic}/{partition}/".encode()
+    marker = prefix + b"m"
+    latest: dict[bytes, bytes] = {}
+    for key, value in messages:
+        if key is None or not key.startswith(prefix):
+            continue
+        if value is None:
+            latest.pop(key, None)
+            continue
+        latest[key] = value
+        if key == marker:
+            got = _assemble(latest, prefix, topic, partition)
+            if got is not None:
+                yield got
+
+
+def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: int
+              ) -> Restored | None:
+    raw_marker = latest.get(prefix + b"m")
+    if raw_marker is None:
+        legacy = assemble(((k, v) for k, v in latest.items() if k[len(prefix):][:2] != b"k/"),
+                          topic, partition)
+        if legacy is None:
+            return None
+        return Restored(id=legacy.id, offset=legacy.offset, upstream=[],
+                        next_id=legacy.id + 1, legacy_state=legacy.state)
+    marker = json.loads(raw_marker)
+    cid = int(marker["id"])
+    max_id = cid
+    # (op, key, slot) -> id -> chunk -> (head, body)
+    versions: dict[tuple[int, str, int], dict[int, dict[int, tuple[dict, bytes]]]] = {}
+    junk: list[bytes] = []
+    kprefix = prefix + b"k/"
+    for k, v in latest.items():
+        if not k.startswith(kprefix):
+            continue
+        try:
+            op, slot, chunk, key = k[len(kprefix):].decode("utf-8", "surrogatepass").split(
+                "/", 3)
+            head, body = decode_message(v)
+            vid = int(head["id"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        max_id = max(max_id, vid)
+        if vid > cid:
+            junk.append(k)
+            continue
+        versions.setdefault((int(op), key, int(slot)), {}).setdefault(vid, {})[int(chunk)] = (
+            head, body)
+    best: dict[tuple[int, str], tuple[int, int, bytes]] = {}
+    for (op, key, slot), by_id in versions.items():
+        for vid in sorted(by_id, reverse=True):
+            chunks = by_id[vid]
+            n = next(iter(chunks.values()))[0]["chunks"]
+            if len(chunks) != n or not all(i in chunks for i in range(n)):
+                continue
+            state = b"".join(chunks[i][1] for i in range(n))
+            if len(state) != chunks[0][0]["bytes"]:
+                continue
+            if (op, key) not in best or best[(op, key)][0] < vid:
+                best[(op, key)] = (vid, slot, state)
+            break
+    counts = [int(c) for c in marker["keys"]]
+    states: list[dict[str, bytes]] = [{} for _ in counts]
+    slots: dict[tuple[int, str], int] = {}
+    for (op, key), (_vid, slot, state) in best.items():
+        if op < len(states):
+            states[op][key] = state
+            slots[(op, key)] = slot
+    got = [len(s) for s in states]
+    if got != counts:
+        raise ValueError(f"changelog {topic}/{partition}: checkpoint {cid} covers {counts} "
+                         f"keys per operator but {got} complete entries were found")
+    return Restored(id=cid, offset=int(marker["offset"]), upstream=marker.get("upstream", []),
+                    states=states, slots=slots, junk=junk, next_id=max_id + 1)
+
+
+# ---- the pre-incremental (full-state) format: read for old changelogs --------------------
 
 
 @dataclass
 class Checkpoint:
-    """A restored checkpoint: ``state`` bytes reflect the input records below ``offset``."""
+    """A full-state checkpoint: ``state`` bytes reflect the input records below ``offset``."""
 
     id: int
     offset: int
@@ -37,7 +221,7 @@ class Checkpoint:
 
 def encode_checkpoint(topic: str, partition: int, checkpoint_id: int, offset: int,
                       state: bytes, chunk_bytes: int) -> list[tuple[bytes, bytes]]:
-    """The (key, value) messages of one checkpoint.
+    """The (key, value) messages of one full-state checkpoint (the old format).
 
     >>> msgs = encode_checkpoint("in", 2, 7, 120, b"x" * 10, chunk_bytes=4)
     >>> [k.decode() for k, _ in msgs]
@@ -49,23 +233,16 @@ def encode_checkpoint(topic: str, partition: int, checkpoint_id: int, offset: in
     slot = checkpoint_id % 2
     out = []
     for i in range(n):
-        head = json.dumps({"id": checkpoint_id, "offset": offset, "chunk": i, "chunks": n,
-                           "bytes": len(state)}, separators=(",", ":")).encode()
+        head = _head({"id": checkpoint_id, "offset": offset, "chunk": i, "chunks": n,
+                      "bytes": len(state)})
         out.append((f"{topic}/{partition}/{slot}/{i}".encode(),
                     head + b"\n" + state[i * chunk_bytes:(i + 1) * chunk_bytes]))
     return out
 
 
-def decode_message(value: bytes) -> tuple[dict, bytes]:
-    head, _, body = value.partition(b"\n")
-    return json.loads(head), body
-
-
 def assemble(messages: Iterable[tuple[bytes, bytes]], topic: str, partition: int
              ) -> Checkpoint | None:
-    """The newest complete checkpoint of ``topic``/``partition`` among changelog messages.
-
-    Later messages with the same key replace earlier ones (what compaction keeps).
+    """The newest complete full-state checkpoint (old format) among changelog messages.
 
     >>> msgs = encode_checkpoint("in", 0, 1, 50, b"old", 4)
     >>> msgs += encode_checkpoint("in", 0, 2, 90, b"new-state", 4)[:1]  # cut short by a crash
@@ -75,7 +252,8 @@ def assemble(messages: Iterable[tuple[bytes, bytes]], topic: str, partition: int
     prefix = f"{topic}/{partition}/".encode()
     latest: dict[bytes, bytes] = {}
     for key, value in messages:
-        if key is not None and key.startswith(prefix) and value is not None:
+        rest = key[len(prefix):] if key is not None and key.startswith(prefix) else b""
+        if rest[:2] in (b"0/", b"1/") and value is not None:
             latest[key] = value
     by_id: dict[int, dict[int, tuple[dict, bytes]]] = {}
     for value in latest.values():
@@ -95,7 +273,7 @@ def assemble(messages: Iterable[tuple[bytes, bytes]], topic: str, partition: int
 
 
 class ChangelogReader:
-    """Reads checkpoints back from a changelog topic without joining a consumer group.
+    """Reads partitions' state back from a changelog topic without joining a consumer group.
 
     Parameters
     ----------
@@ -117,10 +295,11 @@ class ChangelogReader:
             max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)
 
     def read(self, topic: str, partitions: Iterable[int], timeout_s: float = 60.0
-             ) -> dict[int, Checkpoint | None]:
-        """The newest complete checkpoint of each input partition (None if there is none).
+             ) -> dict[int, Restored | None]:
+        """The restored state of each input partition (None if it has no checkpoint).
 
-        Raises ``TimeoutError`` if the changelog cannot be read to its end in ``timeout_s``.
+        Called on assignment. Raises ``TimeoutError`` if the changelog cannot be read to its
+        end in ``timeout_s``, ``ValueError`` if a checkpoint's entries are missing.
         """
         import time
 
@@ -132,7 +311,7 @@ class ChangelogReader:
         self._consumer.assign(tps)
         ends = self._consumer.end_offsets(tps)
         self._consumer.seek_to_beginning(*tps)
-        messages: dict[int, list[tuple[bytes, bytes]]] = {tp.partition: [] for tp in tps}
+        messages: dict[int, list[tuple[bytes, bytes | None]]] = {tp.partition: [] for tp in tps}
         deadline = time.monotonic() + timeout_s
         # Some Kafka-protocol brokers (tansu) report an end offset below the real one, so
         # the end is "at or past the reported end, and a poll brought nothing new".
@@ -145,7 +324,7 @@ class ChangelogReader:
             if not got and all(self._consumer.position(tp) >= ends.get(tp, 0) for tp in tps):
                 break
         self._consumer.assign([])
-        return {tp.partition: assemble(messages[tp.partition], topic, tp.partition)
+        return {tp.partition: restore(messages[tp.partition], topic, tp.partition)
                 for tp in tps}
 
     def close(self) -> None:

@@ -6,20 +6,26 @@ moves with partitions), and produces every output to the output topic keyed like
 with the input's coordinates ``{"input": {"topic", "partition", "offset", "n"}}``.
 
 State: every ``checkpoint.every_records`` records of a partition, every
-``checkpoint.every_seconds`` seconds, on revoke and on shutdown, the partition's state and
-the next input offset go to ``<pipeline>.<stage>.changelog`` (see
-:mod:`deploy.kafka_changelog`), then the offset is committed. On assignment the stage
-restores each partition's newest checkpoint and seeks to its offset, so the state never
-counts a record twice nor misses one.
+``checkpoint.every_seconds`` seconds, on revoke and on shutdown, the stage checkpoints the
+partition incrementally to ``<pipeline>.<stage>.changelog`` (see
+:mod:`deploy.kafka_changelog`): the state of each key that changed since the previous
+checkpoint, then a commit marker with the next input offset, then it commits the offset. On
+assignment the stage restores each partition as of its newest marker and seeks to its offset,
+so the state never counts a record twice nor misses one.
 
-* ``at-least-once``: outputs are flushed before the checkpoint that covers them is written,
-  so a crash replays (and re-produces) at most the records after the last checkpoint; the
-  outputs carry coordinates so duplicates can be dropped (:mod:`deploy.kafka_dedupe`, which a
-  downstream stage applies to its input by itself).
-* ``exactly-once``: a transactional producer; outputs, dead letters, changelog chunks and the
-  consumed offsets go into one transaction committed at each checkpoint; consumers read
-  ``read_committed``. A crash aborts the open transaction and the stage resumes from the last
-  committed checkpoint.
+* ``at-least-once``: a checkpoint snapshots the changed keys and sends their entries at once,
+  without waiting; its marker is sent only once every output, dead letter and entry sent
+  before the snapshot is acknowledged (checked between batches, so the stage never stalls on
+  a flush), and the offset is committed once the marker is acknowledged. Up to three
+  checkpoints per partition are in flight (a fourth first waits for the oldest). On
+  revoke and shutdown the checkpoint is synchronous (flush, marker, flush, commit). A crash
+  replays (and re-produces) at most the records after the last marker; the outputs carry
+  coordinates so duplicates can be dropped (:mod:`deploy.kafka_dedupe`, which a downstream
+  stage applies to its input by itself).
+* ``exactly-once``: a transactional producer; outputs, dead letters, changelog entries, the
+  markers and the consumed offsets go into one transaction committed at each checkpoint;
+  consumers read ``read_committed``. A crash aborts the open transaction and the stage
+  resumes from the last committed marker.
 
 Bad input (not JSON, not an object, a missing field, a value an operator rejects) goes to
 ``<pipeline>.<stage>.dlq`` with the original bytes, the reason and its coordinates.
@@ -36,19 +42,37 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.kafka_changelog import ChangelogReader, encode_checkpoint
+from deploy.kafka_changelog import (
+    ChangelogReader,
+    Restored,
+    encode_entry,
+    encode_marker,
+)
 from deploy.kafka_dedupe import Deduper
 from deploy.pipeline import PipelineConfig, PipelineError, StageConfig
-from operators.base import BadInput, DeadLetter, Keyed, dumps_state, get_field, loads_state
+from operators.base import (
+    BadInput,
+    DeadLetter,
+    Keyed,
+    dumps_state,
+    get_field,
+    loads_state,
+)
 
 __all__ = ["StageRunner", "StageStats", "run_pipeline", "encode_output", "decode_input"]
 
 log = logging.getLogger("shiftwatch.kafka")
+
+_SEND_TIMEOUT_S = 120.0  # a blocking checkpoint waits this long for an acknowledgement
+# At-least-once checkpoints of one partition in flight (entries sent, marker not yet
+# acknowledged); a key's versions then use up to _IN_FLIGHT + 1 changelog slots.
+_IN_FLIGHT = 3
 
 
 # --------------------------------------------------------------------------------------
@@ -133,14 +157,32 @@ def decode_input(value: bytes | None, key: bytes | None, value_field: str = "val
 
 
 @dataclass
+class _Pending:
+    """A checkpoint whose entries are sent and whose marker is not acknowledged yet."""
+
+    id: int
+    offset: int
+    marker: tuple[bytes, bytes]
+    futures: list                       # outputs, dead letters, entries sent before it
+    flips: dict[tuple[int, str], int]   # (op, key) -> slot written, committed with the marker
+    done: int = 0                       # futures[:done] are acknowledged
+    marker_future: Any = None
+
+
+@dataclass
 class _PartitionTask:
     partition: int
     ops: list[Keyed]
     deduper: Deduper
     next_offset: int | None = None       # next input offset the state has not seen
-    checkpoint_id: int = 0
+    checkpoint_id: int = 0               # id of the last checkpoint snapshot
     checkpointed_offset: int | None = None
     since_checkpoint: int = 0
+    dirty: list[set] = field(default_factory=list)   # per operator: keys changed since
+    slots: dict[tuple[int, str], int] = field(default_factory=dict)  # committed slots
+    junk: list[bytes] = field(default_factory=list)  # entries of an unfinished checkpoint
+    futures: list = field(default_factory=list)      # sends since the last snapshot
+    pendings: deque[_Pending] = field(default_factory=deque)  # oldest first
 
 
 @dataclass
@@ -305,12 +347,7 @@ class StageRunner:
             task = self._new_task(tp.partition)
             cp = restored.get(tp.partition)
             if cp is not None:
-                state = loads_state(cp.state)
-                for op, s in zip(task.ops, state["operators"], strict=True):
-                    op.load_state_dict(s)
-                task.deduper.load(state.get("upstream", []))
-                task.next_offset = task.checkpointed_offset = cp.offset
-                task.checkpoint_id = cp.id
+                self._load(task, cp)
                 self._consumer.seek(tp, cp.offset)
             else:
                 self._consumer.seek_to_beginning(tp)
@@ -319,6 +356,28 @@ class StageRunner:
                  sorted(tp.partition for tp in mine),
                  {p: (c.offset if c else None) for p, c in restored.items()})
         self.stats.partitions = sorted(self._tasks)
+
+    def _load(self, task: _PartitionTask, cp: Restored) -> None:
+        """Put a restored checkpoint into a fresh task (raises ``ValueError`` on bad state)."""
+        if cp.legacy_state is not None:  # an old full-state checkpoint: rewrite every key
+            state = loads_state(cp.legacy_state)
+            for op, s in zip(task.ops, state["operators"], strict=True):
+                op.load_state_dict(s)
+            task.deduper.load(state.get("upstream", []))
+            task.dirty = [set(op.keys) for op in task.ops]
+        else:
+            if len(cp.states) != len(task.ops):
+                raise ValueError(f"changelog {self.changelog}: checkpoint {cp.id} of partition "
+                                 f"{task.partition} has {len(cp.states)} operators, the stage "
+                                 f"{len(task.ops)}")
+            for op, states in zip(task.ops, cp.states, strict=True):
+                op.load_state_dict({"operator": "keyed", "keys": {
+                    k: loads_state(v) for k, v in states.items()}})
+            task.deduper.load(cp.upstream)
+            task.slots = dict(cp.slots)
+            task.junk = list(cp.junk)
+        task.next_offset = task.checkpointed_offset = cp.offset
+        task.checkpoint_id = cp.next_id - 1
 
     def on_revoke(self, partitions) -> None:
         """Called inside ``poll`` before partitions move to another member (and on close).
@@ -341,7 +400,8 @@ class StageRunner:
     def _new_task(self, partition: int) -> _PartitionTask:
         return _PartitionTask(partition=partition,
                               ops=[Keyed(spec.build()) for spec in self.stage.operators],
-                              deduper=Deduper())
+                              deduper=Deduper(),
+                              dirty=[set() for _ in self.stage.operators])
 
     # ---- main loop ----------------------------------------------------------------------
 
@@ -381,6 +441,10 @@ class StageRunner:
                         task = self._tasks.get(tp.partition)
                         if task is not None and tp.topic == self.stage.input:
                             self._process(tp, task, msgs)
+                if not self.eos:
+                    for task in self._tasks.values():
+                        if task.pendings:
+                            self._advance(task)
                 self._maybe_checkpoint()
                 now = time.monotonic()
                 if now - t0 > 0.5 * max_poll_s:
@@ -411,7 +475,7 @@ class StageRunner:
             try:
                 record = decode_input(m.value, m.key, stage.value, stage.key)
             except BadInput as exc:
-                self._dead_letter(m, str(exc), None)
+                self._dead_letter(m, str(exc), None, task=task)
                 continue
             if stage.dedupe and not task.deduper.admit(record):
                 self.stats.duplicates_dropped += 1
@@ -421,12 +485,14 @@ class StageRunner:
         self.stats.records_in += len(by_offset)
         task.since_checkpoint += len(by_offset)
         for i, op in enumerate(task.ops):
+            _mark_dirty(task.dirty[i], records)
             outs = op.process_batch(records)
             records = []
             for o in outs:
                 if isinstance(o, DeadLetter):
                     m = by_offset.get(o.origin.get("offset"))
-                    self._dead_letter(m, o.reason, stage.operators[i].name, o.raw)
+                    self._dead_letter(m, o.reason, stage.operators[i].name, o.raw,
+                                      task)
                 else:
                     records.append(o)
         # Keyed groups outputs by key; put them back in input order, so that each upstream
@@ -434,6 +500,7 @@ class StageRunner:
         records.sort(key=_offset_of)
         counts: dict[int, int] = {}
         send = self._producer.send
+        futures = task.futures
         for o in records:
             off = o.get("offset")
             n = counts.get(off, 0)
@@ -441,10 +508,13 @@ class StageRunner:
             o["input"] = {"topic": tp.topic, "partition": tp.partition, "offset": off, "n": n}
             m = by_offset.get(off)
             key = m.key if m is not None and m.key is not None else _key_bytes(o.get("key"))
-            send(stage.output, key=key, value=encode_output(o))
+            futures.append(send(stage.output, key=key, value=encode_output(o)))
         self.stats.records_out += len(records)
+        if len(futures) > 20_000:  # long intervals: keep only what is unacknowledged or failed
+            task.futures = [f for f in futures if not f.is_done or f.failed()]
 
-    def _dead_letter(self, m, reason: str, operator: str | None, record: Any = None) -> None:
+    def _dead_letter(self, m, reason: str, operator: str | None, record: Any = None,
+                     task: _PartitionTask | None = None) -> None:
         self.stats.dead_letters += 1
         env: dict[str, Any] = {"error": reason, "pipeline": self.config.name,
                                "stage": self.stage.name, "operator": operator}
@@ -459,8 +529,10 @@ class StageRunner:
                        raw_base64=base64.b64encode(raw).decode("ascii"))
         else:
             env["raw"] = DeadLetter(record, reason).to_record()["raw"]
-        self._producer.send(self.dlq, key=key, value=encode_output(env),
-                            headers=[("error", reason.encode()[:1000])])
+        fut = self._producer.send(self.dlq, key=key, value=encode_output(env),
+                                  headers=[("error", reason.encode()[:1000])])
+        if task is not None:
+            task.futures.append(fut)
 
     # ---- checkpoints --------------------------------------------------------------------
 
@@ -472,53 +544,173 @@ class StageRunner:
         if self.eos:
             if due or (timed and self._in_txn):
                 self._checkpoint(list(self._tasks))  # one transaction covers every partition
-        elif due:
-            self._checkpoint(due)
+        else:
+            for p in due:
+                task = self._tasks[p]
+                if len(task.pendings) >= _IN_FLIGHT:
+                    self._advance(task, until=_IN_FLIGHT - 1)
+                self._snapshot(task)
+                self._advance(task)
         if timed:
             self._last_checkpoint_time = time.monotonic()
 
-    def _checkpoint(self, partitions: list[int]) -> None:
-        """Write the state of ``partitions`` with their next offsets, then commit offsets."""
+    def _snapshot(self, task: _PartitionTask) -> bool:
+        """Send the entries of the keys changed since the last checkpoint (and tombstones of
+        an unfinished checkpoint's entries); queue the marker that commits them on
+        ``task.pendings``. Returns False if there is nothing new to checkpoint. A key's new
+        version goes to a slot that holds neither its committed version nor a version of a
+        checkpoint still in flight. May raise kafka-python errors (``send``)."""
+        if task.next_offset is None or (task.next_offset == task.checkpointed_offset
+                                        and not self.eos):
+            return False
+        assert len(task.pendings) < _IN_FLIGHT
+        topic, p = self.stage.input, task.partition
+        send = self._producer.send
+        futures = task.futures
+        for key in task.junk:  # before a marker could cover their ids
+            futures.append(send(self.changelog, key=key, value=None, partition=p))
+        task.junk = []
+        task.checkpoint_id += 1
+        cid = task.checkpoint_id
+        chunk_bytes = self.stage.checkpoint["chunk_bytes"]
+        flips: dict[tuple[int, str], int] = {}
+        in_flight = [pend.flips for pend in task.pendings]
+        slots = task.slots
+        for i, op in enumerate(task.ops):
+            for key in task.dirty[i]:
+                kop = op.existing(key)
+                if kop is None:  # only bad records: the key was never kept
+                    continue
+                name = Keyed.key_name(key)
+                ref = (i, name)
+                slot = 0
+                if in_flight:
+                    used = {slots.get(ref), *(f.get(ref) for f in in_flight)}
+                    while slot in used:
+                        slot += 1
+                elif slots.get(ref) == 0:
+                    slot = 1
+                flips[ref] = slot
+                for k, v in encode_entry(topic, p, cid, i, name, slot,
+                                         dumps_state(kop.state_dict()), chunk_bytes):
+                    futures.append(send(self.changelog, key=k, value=v, partition=p))
+            task.dirty[i] = set()
+        task.pendings.append(_Pending(
+            id=cid, offset=task.next_offset, futures=futures, flips=flips,
+            marker=encode_marker(topic, p, cid, task.next_offset, [len(op) for op in task.ops],
+                                 task.deduper.state())))
+        task.futures = []
+        task.checkpointed_offset = task.next_offset
+        task.since_checkpoint = 0
+        return True
+
+    def _advance(self, task: _PartitionTask, until: int | None = None) -> None:
+        """Move the pending checkpoints of ``task`` on, oldest first (at-least-once): send a
+        checkpoint's marker once everything sent before its snapshot is acknowledged, commit
+        its offset and flip its keys' slots once the marker is.
+
+        With ``until=None`` it only looks at what is already acknowledged (called between
+        batches, so processing never waits); otherwise it waits (flushing only if something
+        is still unacknowledged) until at most ``until`` checkpoints are pending. A failed
+        send raises its kafka-python error: the stage stops and a restart resumes from the
+        last marker."""
+        pendings = task.pendings
+        while pendings:
+            block = until is not None and len(pendings) > until
+            pend = pendings[0]
+            if pend.marker_future is None:
+                futs = pend.futures
+                i = pend.done
+                while i < len(futs):
+                    f = futs[i]
+                    if not f.is_done:
+                        if not block:
+                            pend.done = i
+                            return
+                        self._producer.flush()  # send now rather than after linger_ms
+                        f.get(timeout=_SEND_TIMEOUT_S)
+                    if f.failed():
+                        raise f.exception
+                    i += 1
+                pend.done = i
+                key, value = pend.marker
+                pend.marker_future = self._producer.send(self.changelog, key=key, value=value,
+                                                         partition=task.partition)
+            if not pend.marker_future.is_done:
+                if not block:
+                    return
+                self._producer.flush()
+                pend.marker_future.get(timeout=_SEND_TIMEOUT_S)
+            if pend.marker_future.failed():
+                raise pend.marker_future.exception
+            self._commit_offsets({task.partition: pend.offset}, sync=block)
+            task.slots.update(pend.flips)
+            pendings.popleft()
+
+    def _commit_offsets(self, offsets: dict[int, int], sync: bool = True) -> None:
+        """Commit consumed offsets (what lag monitoring sees; restoring uses the markers, so
+        a lost asynchronous commit only delays the group's view of progress)."""
         from kafka import OffsetAndMetadata, TopicPartition
 
+        commit = {TopicPartition(self.stage.input, p): OffsetAndMetadata(o, "", -1)
+                  for p, o in offsets.items()}
+        if sync:
+            self._consumer.commit(commit)
+        else:
+            self._consumer.commit_async(commit, callback=self._commit_done)
+        self._checkpointed(offsets)
+
+    def _commit_done(self, offsets, result) -> None:
+        if isinstance(result, Exception):
+            log.warning("stage %s: offset commit failed (the next one repeats it): %s",
+                        self.stage.name, result)
+
+    def _checkpointed(self, offsets: dict[int, int]) -> None:
+        self.stats.checkpoints += 1
+        self.stats.last_checkpoint_unix = time.time()
+        self.stats.last_checkpoint_offsets.update({str(p): o for p, o in offsets.items()})
+
+    def _checkpoint(self, partitions: list[int]) -> None:
+        """Checkpoint ``partitions`` now and wait until it is committed (revoke, shutdown,
+        and every exactly-once checkpoint: entries, markers and offsets in one transaction).
+
+        May raise kafka-python errors; the previous checkpoint then still holds."""
+        from kafka import OffsetAndMetadata, TopicPartition
+
+        tasks = [self._tasks[p] for p in partitions if p in self._tasks]
         if not self.eos:
-            self._producer.flush()  # outputs before the checkpoint that covers them
-        elif not self._in_txn:
+            for task in tasks:
+                if len(task.pendings) >= _IN_FLIGHT:
+                    self._advance(task, until=_IN_FLIGHT - 1)
+                self._snapshot(task)
+                self._advance(task, until=0)
+            done = {t.partition: t.checkpointed_offset for t in tasks
+                    if t.checkpointed_offset is not None}
+            if done:  # synchronously, after any asynchronous commit of older offsets
+                self._consumer.commit({TopicPartition(self.stage.input, p):
+                                       OffsetAndMetadata(o, "", -1) for p, o in done.items()})
+            return
+        if not self._in_txn:
             self._producer.begin_transaction()
             self._in_txn = True
-        offsets = {}
-        for p in partitions:
-            task = self._tasks.get(p)
-            if task is None or task.next_offset is None:
-                continue
-            if task.next_offset == task.checkpointed_offset and not self.eos:
-                continue
-            state = dumps_state({"operators": [op.state_dict() for op in task.ops],
-                                 "upstream": task.deduper.state()})
-            task.checkpoint_id += 1
-            for key, value in encode_checkpoint(self.stage.input, p, task.checkpoint_id,
-                                                task.next_offset, state,
-                                                self.stage.checkpoint["chunk_bytes"]):
-                self._producer.send(self.changelog, key=key, value=value, partition=p)
-            task.checkpointed_offset = task.next_offset
-            task.since_checkpoint = 0
-            offsets[TopicPartition(self.stage.input, p)] = OffsetAndMetadata(
-                task.next_offset, "", -1)
-        if self.eos:
-            if offsets:
-                self._producer.send_offsets_to_transaction(offsets,
-                                                           self._consumer.group_metadata())
-            self._producer.commit_transaction()
-            self._in_txn = False
-        else:
-            self._producer.flush()
-            if offsets:
-                self._consumer.commit(offsets)
+        done = []
+        for task in tasks:
+            if self._snapshot(task):
+                key, value = task.pendings[-1].marker
+                self._producer.send(self.changelog, key=key, value=value,
+                                    partition=task.partition)
+                done.append(task)
+        offsets = {TopicPartition(self.stage.input, t.partition):
+                   OffsetAndMetadata(t.pendings[-1].offset, "", -1) for t in done}
         if offsets:
-            self.stats.checkpoints += 1
-            self.stats.last_checkpoint_unix = time.time()
-            self.stats.last_checkpoint_offsets.update(
-                {str(tp.partition): om.offset for tp, om in offsets.items()})
+            self._producer.send_offsets_to_transaction(offsets, self._consumer.group_metadata())
+        self._producer.commit_transaction()
+        self._in_txn = False
+        for task in done:
+            task.slots.update(task.pendings.pop().flips)
+            task.futures = []
+        if done:
+            self._checkpointed({t.partition: t.checkpointed_offset for t in done})
 
     def _abort(self) -> None:
         try:
@@ -571,6 +763,19 @@ class StageRunner:
                         client.close()
                     except Exception as exc:  # closing must not hide the reason we stop
                         log.warning("stage %s: close: %s", self.stage.name, exc)
+
+
+def _mark_dirty(dirty: set, records: list) -> None:
+    """Add the keys of ``records`` (as :class:`~operators.base.Keyed` hashes them) to
+    ``dirty``; unhashable keys (dead letters) are skipped."""
+    try:
+        dirty.update([r.get("key") for r in records])
+    except TypeError:  # a list key (a tuple in Keyed) or an unhashable one
+        for r in records:
+            try:
+                dirty.add(Keyed.normalize_key(r.get("key")))
+            except TypeError:
+                pass
 
 
 def _offset_of(record: Mapping) -> int:

@@ -736,7 +736,22 @@ class Keyed(Operator):
 
     @property
     def keys(self) -> list:
+        """The keys seen so far (with at least one accepted record)."""
         return list(self._ops)
+
+    def existing(self, key: Any) -> Operator | None:
+        """The operator of ``key`` if the key exists, else None (nothing is created)."""
+        return self._ops.get(key)
+
+    @staticmethod
+    def normalize_key(key: Any) -> Any:
+        """The key as stored: JSON lists become tuples (hashable)."""
+        return _key_of(key)
+
+    @staticmethod
+    def key_name(key: Any) -> str:
+        """The string a key is stored under in :meth:`state_dict` (and in changelogs)."""
+        return _key_str(key)
 
     def __len__(self) -> int:
         return len(self._ops)

@@ -14,10 +14,10 @@ import numpy as np
 import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from deploy.kafka_changelog import decode_message
+from deploy.kafka_changelog import checkpoints_in
 from deploy.local import Pipeline
 from operators import create
-from operators.base import dumps_state
+from operators.base import dumps_state, loads_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,18 +157,21 @@ def by_key(outputs: list[dict], fields=("ts", "alarm", "statistic", "value")) ->
 
 
 def checkpoints(bootstrap: str, changelog: str) -> list[tuple[int, int, int, bytes]]:
-    """Every complete checkpoint in a changelog: (partition, id, offset, state bytes)."""
-    chunks: dict[tuple[int, int], dict] = {}
+    """Every checkpoint in a changelog, as restoring at its marker would see it:
+    (partition, id, offset, full state bytes ``{"operators": [keyed states], "upstream"}``).
+    Relies on the test broker not compacting (every marker is still there)."""
+    by_part: dict[int, list] = {}
     for m in read_topic(bootstrap, changelog, quiet=0.3):
-        head, body = decode_message(m.value)
-        part = int(m.key.decode().split("/")[-3])
-        chunks.setdefault((part, head["id"]), {"head": head, "parts": {}})["parts"][
-            head["chunk"]] = body
+        by_part.setdefault(m.partition, []).append((m.key, m.value))
     out = []
-    for (part, cid), c in sorted(chunks.items()):
-        if len(c["parts"]) == c["head"]["chunks"]:
-            state = b"".join(c["parts"][i] for i in range(c["head"]["chunks"]))
-            out.append((part, cid, c["head"]["offset"], state))
+    for part, msgs in sorted(by_part.items()):
+        topics = {k.decode().split("/", 1)[0] for k, _ in msgs}
+        for topic in sorted(topics):
+            for r in checkpoints_in(msgs, topic, part):
+                state = {"operators": [{"operator": "keyed",
+                                        "keys": {k: loads_state(v) for k, v in s.items()}}
+                                       for s in r.states], "upstream": r.upstream}
+                out.append((part, r.id, r.offset, dumps_state(state)))
     return out
 
 

@@ -6,6 +6,7 @@ import base64
 import json
 import signal
 
+from kafka import KafkaProducer
 from kafka_helpers import (
     by_key,
     checkpoints,
@@ -25,10 +26,11 @@ from kafka_helpers import (
 )
 
 from deploy.cli import main
+from deploy.kafka_changelog import encode_entry, restore
 from deploy.kafka_dedupe import dedupe
 from deploy.kafka_stage import run_pipeline
 from deploy.pipeline import load_pipeline
-from operators.base import loads_state
+from operators.base import dumps_state, loads_state
 
 CHAIN = [("standardize", {"burn_in": 30}), ("river:ADWIN", {"delta": 0.01})]
 
@@ -255,7 +257,73 @@ def test_exactly_once_path_runs_transactions(kafka_bootstrap, real_kafka, tmp_pa
     expected, ops = reference(records, CHAIN)
     fields = ("ts", "alarm", "statistic")
     assert by_key(outs, fields) == {k: [v[:3] for v in vs] for k, vs in expected.items()}
-    assert checkpoints(kafka_bootstrap, f"{name}.watch.changelog")
+    latest: dict[int, bytes] = {}
+    for part, _cid, _offset, state in checkpoints(kafka_bootstrap, f"{name}.watch.changelog"):
+        latest[part] = state
+    for index in (0, 1):
+        got: dict = {}
+        for state in latest.values():
+            got.update(key_states(loads_state(state), index))
+        assert got == reference_key_states(ops[index])
+
+
+def test_unfinished_checkpoint_is_ignored_on_restart(kafka_bootstrap, real_kafka, tmp_path):
+    """A crash between a checkpoint's key entries and its marker: entries are in the
+    changelog, the marker is not. Simulated by writing such entries (wrong states, and a key
+    that does not exist) by hand; the restarted stage must restore the last marker's state,
+    ignore them, and delete them."""
+    name = unique()
+    records = sensor_records(900, keys=4, seed=5)
+    first, second = records[:600], records[600:]
+    create_topics(kafka_bootstrap, 2, f"{name}.raw", f"{name}.alarms")
+    stage = {"name": "watch", "input": f"{name}.raw", "output": f"{name}.alarms",
+             "key": "sensor", "value": "temp",
+             "operators": [{"operator": op, "params": p} for op, p in CHAIN],
+             "consumer": group_timing(real_kafka),
+             "checkpoint": {"every_records": 100, "every_seconds": 600, "chunk_bytes": 200}}
+    path = write_pipeline(tmp_path / "p.yaml", name, kafka_bootstrap, [stage])
+    produce(kafka_bootstrap, f"{name}.raw", first)
+    assert run_pipeline(load_pipeline(path), idle_exit_s=1.5, install_signals=False) == 0
+    changelog = f"{name}.watch.changelog"
+    by_part: dict[int, list] = {}
+    for m in read_topic(kafka_bootstrap, changelog, quiet=0.3):
+        by_part.setdefault(m.partition, []).append((m.key, m.value))
+    # Wrong but loadable states: those of an unrelated run.
+    _, wrong = reference(sensor_records(80, keys=1, seed=99), CHAIN)
+    bogus = [dumps_state(op.state_dict()["keys"]["s0"]) for op in wrong]
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    injected = 0
+    for part, msgs in by_part.items():
+        r = restore(msgs, f"{name}.raw", part)
+        assert r is not None and not r.junk
+        for op in (0, 1):
+            for key in [*r.states[op], "ghost"]:
+                slot = 1 - r.slots.get((op, key), 1)
+                for k, v in encode_entry(f"{name}.raw", part, r.next_id, op, key, slot,
+                                         bogus[op], 200):
+                    producer.send(changelog, key=k, value=v, partition=part)
+                    injected += 1
+    producer.flush()
+    producer.close()
+    assert injected > 10
+    produce(kafka_bootstrap, f"{name}.raw", second)
+    assert run_pipeline(load_pipeline(path), idle_exit_s=1.5, install_signals=False) == 0
+    outs = values(read_topic(kafka_bootstrap, f"{name}.alarms", min_count=len(records)))
+    assert len(outs) == len(records)  # resumed at the last marker: nothing replayed
+    expected, ops = reference(records, CHAIN)
+    fields = ("ts", "alarm", "statistic")
+    assert by_key(outs, fields) == {k: [v[:3] for v in vs] for k, vs in expected.items()}
+    by_part = {}
+    for m in read_topic(kafka_bootstrap, changelog, quiet=0.3):
+        by_part.setdefault(m.partition, []).append((m.key, m.value))
+    for index in (0, 1):
+        got: dict = {}
+        for part, msgs in by_part.items():
+            r = restore(msgs, f"{name}.raw", part)
+            assert not r.junk  # deleted (tombstones) by the first checkpoint after restart
+            got.update({k: dumps_state(loads_state(v)) for k, v in r.states[index].items()})
+        assert "ghost" not in got
+        assert got == reference_key_states(ops[index])
 
 
 def test_missing_topic_is_one_line_error_before_consuming(kafka_bootstrap, tmp_path, capsys):

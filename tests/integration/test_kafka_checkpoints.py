@@ -1,0 +1,269 @@
+"""Incremental checkpoints without a broker: a fake producer records what a stage writes.
+
+These check the changelog protocol itself (which keys a checkpoint writes, the two slots, a
+checkpoint cut short between its key entries and its marker); the broker tests in
+test_kafka_stage.py check the same end to end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import namedtuple
+
+from deploy.kafka_changelog import restore
+from deploy.kafka_stage import StageRunner
+from deploy.pipeline import parse_pipeline
+from operators.base import dumps_state
+
+TP = namedtuple("TP", "topic partition")
+Msg = namedtuple("Msg", "topic partition offset key value timestamp")
+
+
+class _Done:
+    is_done = True
+    exception = None
+
+    def failed(self):
+        return False
+
+    def get(self, timeout=None):
+        return None
+
+
+class _Held:
+    """A send the fake broker has not acknowledged yet (it is not in the log until then)."""
+
+    def __init__(self, producer, message):
+        self.producer, self.message, self.is_done = producer, message, False
+        self.exception = None
+
+    def failed(self):
+        return False
+
+    def get(self, timeout=None):
+        raise AssertionError("the stage waited for an acknowledgement")
+
+
+class FakeProducer:
+    """Keeps the changelog in log order; acknowledges every send at once, or (``hold``)
+    only on :meth:`ack` (then the message reaches the log)."""
+
+    def __init__(self):
+        self.log: list[tuple[bytes, bytes | None]] = []
+        self.hold = False
+        self.held: list[_Held] = []
+
+    def send(self, topic, key=None, value=None, partition=None, headers=None):
+        message = (key, value) if topic.endswith(".changelog") else None
+        if self.hold:
+            self.held.append(_Held(self, message))
+            return self.held[-1]
+        if message is not None:
+            self.log.append(message)
+        return _Done()
+
+    def ack(self, n=None):
+        """Acknowledge the first ``n`` held sends (all by default), in order."""
+        n = len(self.held) if n is None else n
+        for h in self.held[:n]:
+            h.is_done = True
+            if h.message is not None:
+                self.log.append(h.message)
+        del self.held[:n]
+
+    def flush(self, timeout=None):
+        pass
+
+
+class FakeConsumer:
+    def __init__(self):
+        self.committed: dict = {}
+
+    def commit(self, offsets):
+        self.committed.update({tp.partition: om.offset for tp, om in offsets.items()})
+
+    def commit_async(self, offsets, callback=None):
+        self.commit(offsets)
+
+
+def _runner(chunk_bytes: int = 64, operators=("standardize", "river:ADWIN")):
+    cfg = parse_pipeline({
+        "pipeline": "p", "kafka": {"bootstrap_servers": "unused:9092"},
+        "checkpoint": {"every_records": 10**9, "every_seconds": 1e6,
+                       "chunk_bytes": chunk_bytes},
+        "stages": [{"name": "s", "input": "in", "output": "out", "key": "sensor",
+                    "value": "temp", "operators": [{"operator": o} for o in operators]}]})
+    r = StageRunner(cfg, cfg.stages[0])
+    r._producer, r._consumer = FakeProducer(), FakeConsumer()
+    return r
+
+
+def _feed(runner, task, records, start):
+    msgs = [Msg("in", 0, start + i, r["sensor"].encode(), json.dumps(r).encode(), 0)
+            for i, r in enumerate(records)]
+    runner._process(TP("in", 0), task, msgs)
+    return start + len(records)
+
+
+def _recs(keys, n, seed=0):
+    return [{"sensor": keys[i % len(keys)], "temp": float((i * 7919 + seed) % 13)}
+            for i in range(n)]
+
+
+def _key_entries(log, since):
+    """(op, key) pairs written with a value after log position ``since``."""
+    out = set()
+    for k, v in log[since:]:
+        parts = k.decode().split("/", 6)
+        if parts[2] == "k" and v is not None:
+            out.add((int(parts[3]), parts[6]))
+    return out
+
+
+def _states(task):
+    return [{k: dumps_state(s) for k, s in op.state_dict()["keys"].items()} for op in task.ops]
+
+
+def test_checkpoint_writes_only_changed_keys_and_restores_exactly():
+    runner = _runner()
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    off = _feed(runner, task, _recs(["a", "b", "c"], 60), 0)
+    runner._checkpoint([0])
+    assert _key_entries(runner._producer.log, 0) == {(i, k) for i in (0, 1) for k in "abc"}
+    first = _states(task)
+    mark = len(runner._producer.log)
+    off = _feed(runner, task, _recs(["b"], 10, seed=3), off)
+    runner._checkpoint([0])
+    assert _key_entries(runner._producer.log, mark) == {(0, "b"), (1, "b")}  # only b changed
+    assert runner._consumer.committed == {0: off}
+    r = restore(runner._producer.log, "in", 0)
+    assert (r.id, r.offset) == (2, off)
+    assert r.states == _states(task)
+    assert r.states != first
+    # "b" went to the other slot; "a" is still in the slot of checkpoint 1.
+    assert r.slots[(0, "b")] != r.slots[(0, "a")]
+    # A fresh runner restores the same state and goes on exactly like the original.
+    other = _runner()
+    t2 = other._new_task(0)
+    other._load(t2, r)
+    assert _states(t2) == _states(task)
+    more = _recs(["a", "d"], 20, seed=5)
+    _feed(runner, task, more, off)
+    _feed(other, t2, more, off)
+    assert _states(t2) == _states(task)
+
+
+def test_entries_without_marker_are_ignored_then_deleted():
+    """A crash between a checkpoint's key entries and its marker (simulated by dropping the
+    marker): restore uses the previous marker's offset and the entries it covers."""
+    runner = _runner(chunk_bytes=40)  # states in several chunks
+    task = runner._new_task(0)
+    off = _feed(runner, task, _recs(["a", "b"], 40), 0)
+    runner._tasks[0] = task
+    runner._checkpoint([0])
+    committed = _states(task)
+    committed_off = off
+    # Checkpoint 2 changes a and creates "ghost"; its marker never reaches the broker.
+    off = _feed(runner, task, _recs(["a", "ghost"], 30, seed=1), off)
+    assert runner._snapshot(task)
+    assert task.pendings[-1].id == 2  # entries sent; the marker is not
+    log = list(runner._producer.log)
+    assert not any(k.endswith(b"/m") for k, _ in log[-5:])
+    r = restore(log, "in", 0)
+    assert (r.id, r.offset) == (1, committed_off)
+    assert r.states == committed  # a's old version, no ghost
+    assert r.junk and r.next_id == 3
+    # The restarted stage deletes the unfinished entries in its next checkpoint, before its
+    # marker, and numbers that checkpoint above them.
+    again = _runner(chunk_bytes=40)
+    t2 = again._new_task(0)
+    again._load(t2, r)
+    again._tasks[0] = t2
+    again._producer.log = log
+    replay = _recs(["b"], 5, seed=9)  # touches neither a nor ghost
+    off2 = _feed(again, t2, replay, committed_off)
+    again._checkpoint([0])
+    r2 = restore(again._producer.log, "in", 0)
+    assert (r2.id, r2.offset) == (3, off2)
+    assert r2.states == _states(t2)
+    assert "ghost" not in r2.states[0] and not r2.junk
+    # A second crash before a marker, then a restore, still finds checkpoint 3.
+    _feed(again, t2, _recs(["ghost"], 3), off2)
+    assert again._snapshot(t2)
+    assert restore(again._producer.log, "in", 0).id == 3
+
+
+def test_restore_refuses_a_marker_whose_entries_are_missing():
+    runner = _runner()
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    _feed(runner, task, _recs(["a", "b"], 20), 0)
+    runner._checkpoint([0])
+    log = [(k, v) for k, v in runner._producer.log if b"/k/0/" not in k or b"/a" not in k]
+    try:
+        restore(log, "in", 0)
+    except ValueError as exc:
+        assert "complete entries" in str(exc)
+    else:
+        raise AssertionError("a marker with missing entries was restored")
+
+
+def test_list_keys_and_unhashable_keys():
+    runner = _runner(operators=("river:ADWIN",))
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    recs = [{"sensor": ["x", 1], "temp": 1.0}, {"sensor": {"bad": 1}, "temp": 2.0},
+            {"sensor": "y", "temp": 3.0}]
+    msgs = [Msg("in", 0, i, None, json.dumps(r).encode(), 0) for i, r in enumerate(recs)]
+    runner._process(TP("in", 0), task, msgs)
+    runner._checkpoint([0])
+    r = restore(runner._producer.log, "in", 0)
+    assert r.states == _states(task)
+    assert len(r.states[0]) == 2
+
+
+def test_checkpoints_in_flight_never_overwrite_each_other():
+    """Snapshots go on while earlier markers are unacknowledged (up to three in flight);
+    a key written by each of them uses a different slot, and a restore at any acknowledged
+    marker gives exactly the state of that snapshot."""
+    runner = _runner(operators=("river:ADWIN",))
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    producer = runner._producer
+    producer.hold = True
+    off = 0
+    snapshots = {}
+    for n in range(3):
+        off = _feed(runner, task, _recs(["a", "b"][: n + 1], 10, seed=n), off)
+        assert runner._snapshot(task)
+        runner._advance(task)  # nothing acknowledged: returns at once
+        snapshots[task.checkpoint_id] = (off, _states(task))
+    assert len(task.pendings) == 3
+    assert [p.flips[(0, "a")] for p in task.pendings] == [0, 1, 2]
+    assert not producer.log  # nothing reached the broker yet
+    # Acknowledge everything sent up to snapshot 2's entries: marker 1 then goes out.
+    producer.ack()
+    runner._advance(task)  # sends marker 1 (needs its ack next)
+    assert restore(producer.log, "in", 0) is None
+    producer.ack()
+    runner._advance(task)  # commits 1, sends marker 2
+    r = restore(producer.log, "in", 0)
+    assert (r.id, r.offset) == (1, snapshots[1][0]) and r.states == snapshots[1][1]
+    producer.ack()
+    runner._advance(task)  # commits 2, sends marker 3
+    r = restore(producer.log, "in", 0)
+    assert (r.id, r.offset, r.states) == (2, *snapshots[2])
+    assert runner._consumer.committed == {0: snapshots[2][0]}
+    # A crash now (marker 3 lost) restores checkpoint 2; snapshot 3's entries are junk.
+    assert len(task.pendings) == 1 and task.slots[(0, "a")] == 1
+    assert r.junk and r.next_id == 4
+    producer.ack()
+    runner._advance(task)
+    r = restore(producer.log, "in", 0)
+    assert (r.id, r.offset, r.states) == (3, *snapshots[3])
+    assert not task.pendings and task.slots[(0, "a")] == 2
+    # The next version of a goes to a slot other than 2.
+    off = _feed(runner, task, _recs(["a"], 5), off)
+    runner._snapshot(task)
+    assert task.pendings[-1].flips == {(0, "a"): 0}
