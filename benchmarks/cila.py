@@ -7,7 +7,7 @@ operator trains test-then-train on mini-batches. After each task ``end_task()`` 
 (buffer merge, probe refit) and the test sets of the tasks seen so far are scored with
 ``decision_scores``: class-incremental = argmax over all seen classes, task-incremental =
 argmax over the task's two classes (same training run). Final accuracy = mean of the last
-row of the accuracy matrix, forgetting = :func:`sinks.metrics.forgetting`.
+row of the accuracy matrix, forgetting = :func:`shiftwatch.sinks.metrics.forgetting`.
 
 Run: ``python benchmarks/cila.py`` (4-10 minutes on one thread of a shared 2-core
 machine; ``--quick`` for a smoke run). Writes ``benchmarks/results/cila.md`` and two PNGs
@@ -19,17 +19,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from operators.cila import CILA  # noqa: E402
-from sinks.metrics import forgetting  # noqa: E402
+from shiftwatch.operators.cila import CILA
+from shiftwatch.sinks.metrics import forgetting
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

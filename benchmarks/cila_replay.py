@@ -15,16 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from cila import (  # noqa: E402
+from cila import (
     COMMON,
     _accuracy,
     _records,
@@ -33,8 +28,8 @@ from cila import (  # noqa: E402
     split_tasks,
 )
 
-from deploy import Pipeline  # noqa: E402
-from operators import create  # noqa: E402
+from shiftwatch.deploy import Pipeline
+from shiftwatch.operators import create
 
 
 def write(path: str, seed: int = 0) -> None:

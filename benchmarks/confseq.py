@@ -12,18 +12,14 @@ import argparse
 import datetime
 import os
 import platform
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
+from river import drift
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from river import drift  # noqa: E402
-
-from operators.confseq import ConfSeqDetector  # noqa: E402
+from shiftwatch.operators.confseq import ConfSeqDetector
 
 CS_BOUNDED = {
     "cs hoeffding": dict(cs="hoeffding"),
@@ -152,10 +148,10 @@ def gauss_table(runs: int, n: int, change: int) -> list[str]:
 
 
 def tcpd_table() -> list[str]:
-    from operators import create
-    from operators.transforms import Standardize
-    from sinks import evaluate_detector
-    from streams import RiverDriftSource
+    from shiftwatch.operators import create
+    from shiftwatch.operators.transforms import Standardize
+    from shiftwatch.sinks import evaluate_detector
+    from shiftwatch.streams import RiverDriftSource
 
     datasets = ["Occupancy", "RunLog", "AirlinePassengers", "Bitcoin", "UKCoalEmploy"]
     rows = {"zero (no alarm)": None, "cs (defaults: scale-free sub-Gaussian)": ("cs", {}),

@@ -1,7 +1,7 @@
 """Hare & Tortoise on mnist1d: warm-start gap, 10-chunk continual variant, stream demo, speed.
 
-Every arm runs through :class:`operators.hare_tortoise.HareTortoise` (offline loops call its
-``learn_many``/``predict_many``/``task_change``; the stream demo feeds records to ``process``),
+Every arm runs through :class:`shiftwatch.operators.hare_tortoise.HareTortoise` (offline loops call
+its ``learn_many``/``predict_many``/``task_change``; the stream demo feeds records to ``process``),
 so the arms share one code path. mnist1d is generated offline
 (``make_dataset(get_dataset_args())``: 4000 train, 1000 test, 40 features, 10 classes).
 
@@ -29,9 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from operators.hare_tortoise import HareTortoise  # noqa: E402
+from shiftwatch.operators.hare_tortoise import HareTortoise
 
 torch.set_num_threads(1)
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -231,7 +229,7 @@ def cmd_stream(a: argparse.Namespace) -> str:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from sinks.metrics import prequential_accuracy
+    from shiftwatch.sinks.metrics import prequential_accuracy
 
     data = mnist1d()
     rng = np.random.default_rng(0)

@@ -36,14 +36,13 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from shiftwatch.deploy.kafka_stage import StageRunner
+from shiftwatch.deploy.pipeline import parse_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
-
-from deploy.kafka_stage import StageRunner  # noqa: E402
-from deploy.pipeline import parse_pipeline  # noqa: E402
 
 
 def start_tansu() -> tuple[subprocess.Popen, str]:
@@ -171,7 +170,7 @@ def main() -> None:
     try:
         topic = f"bench-{uuid.uuid4().hex[:6]}"
         produce(bootstrap, topic, args.records, args.keys)
-        from operators import registered_names
+        from shiftwatch.operators import registered_names
 
         ops = [("river:ADWIN", {})]
         if "cs" in registered_names():

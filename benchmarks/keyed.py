@@ -29,7 +29,7 @@ import numpy as np
 import river
 from river import drift
 
-from operators import BadInput, Keyed, Operator, as_scalar, create
+from shiftwatch.operators import BadInput, Keyed, Operator, as_scalar, create
 
 BATCH = 1000
 REPEATS = 3  # throughput is the best of REPEATS passes over the stream (the machine is shared)

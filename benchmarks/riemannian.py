@@ -19,18 +19,15 @@ import argparse
 import datetime
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from scipy import signal, stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from operators.manifolds import SPD  # noqa: E402
-from operators.riemannian import KarcherDetector  # noqa: E402
-from streams.synthetic import GrassmannStream, WishartSPDStream  # noqa: E402
+from shiftwatch.operators.manifolds import SPD
+from shiftwatch.operators.riemannian import KarcherDetector
+from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
 
 OUT = Path(__file__).resolve().parent / "results"
 T, TC, START = 2000, 1500, 400

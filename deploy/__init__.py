@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from deploy.kafka_dedupe import Deduper, dedupe
-from deploy.kafka_stage import StageRunner, StageStats, run_pipeline
-from deploy.local import Pipeline, RunSummary
-from deploy.pipeline import PipelineConfig, PipelineError, StageConfig, load_pipeline
+from shiftwatch.deploy.kafka_dedupe import Deduper, dedupe
+from shiftwatch.deploy.kafka_stage import StageRunner, StageStats, run_pipeline
+from shiftwatch.deploy.local import Pipeline, RunSummary
+from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig, load_pipeline
 
 __all__ = ["Pipeline", "RunSummary", "main", "load_pipeline", "PipelineConfig", "StageConfig",
            "PipelineError", "StageRunner", "StageStats", "run_pipeline", "dedupe", "Deduper"]
@@ -13,6 +13,6 @@ __all__ = ["Pipeline", "RunSummary", "main", "load_pipeline", "PipelineConfig", 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``shiftwatch`` console script."""
-    from deploy.cli import main as _main
+    from shiftwatch.deploy.cli import main as _main
 
     return _main(argv)

@@ -107,7 +107,7 @@ class _ParamAction(argparse.Action):
 
 
 def _build_operators(stages: list[dict]) -> list:
-    from operators import create
+    from shiftwatch.operators import create
 
     ops = []
     for stage in stages:
@@ -117,9 +117,9 @@ def _build_operators(stages: list[dict]) -> list:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from deploy.local import Pipeline
-    from sinks import ConsoleAlarmSink, DeadLetterSink, EvaluationSink, JsonlSink
-    from streams import open_source
+    from shiftwatch.deploy.local import Pipeline
+    from shiftwatch.sinks import ConsoleAlarmSink, DeadLetterSink, EvaluationSink, JsonlSink
+    from shiftwatch.streams import open_source
 
     if not getattr(args, "stages", None):
         raise UserError("replay needs at least one --operator NAME (see `shiftwatch operators`)")
@@ -163,7 +163,7 @@ def _print_scores(report: dict) -> None:
 
 
 def cmd_operators(args: argparse.Namespace) -> int:
-    from operators import list_operators
+    from shiftwatch.operators import list_operators
 
     infos = list_operators()
     if args.json:
@@ -192,7 +192,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
-    from streams import list_sources
+    from shiftwatch.streams import list_sources
 
     for line in list_sources():
         print(line)
@@ -202,8 +202,8 @@ def cmd_sources(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
 
-    from deploy.kafka_stage import run_pipeline
-    from deploy.pipeline import load_pipeline
+    from shiftwatch.deploy.kafka_stage import run_pipeline
+    from shiftwatch.deploy.pipeline import load_pipeline
 
     config = load_pipeline(args.pipeline)  # every check runs before anything is consumed
     if args.bootstrap:
@@ -217,13 +217,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from deploy.demo import run_demo
+    from shiftwatch.deploy.demo import run_demo
 
     rc = run_demo(out_dir=Path(args.out), datasets=args.dataset or None,
                   detectors=args.detector or None, plots=not args.no_plots)
     if rc == 0 and not args.no_sensors:
         # The multichannel part: Riemannian detection through the window-covariance transform.
-        from deploy.demo_sensors import run_sensor_demo
+        from shiftwatch.deploy.demo_sensors import run_sensor_demo
 
         rc = run_sensor_demo(out_dir=Path(args.out) / "sensors", plots=not args.no_plots)
     return rc

@@ -12,13 +12,13 @@ import json
 import time
 from pathlib import Path
 
-from operators import create
-from operators.transforms import Standardize
+from shiftwatch.operators import create
+from shiftwatch.operators.transforms import Standardize
 
 __all__ = ["run_demo", "DEFAULT_DATASETS", "DEFAULT_DETECTORS", "DEMO_PARAMS"]
 
 #: The River TCPD series whose annotations line up with the shipped data (Apple and
-#: BrentSpotPrice do not; see streams.river_data).
+#: BrentSpotPrice do not; see shiftwatch.streams.river_data).
 DEFAULT_DATASETS = ["Occupancy", "RunLog", "AirlinePassengers", "Bitcoin", "UKCoalEmploy"]
 
 #: Detectors compared by default; method operators add themselves here when registered.
@@ -30,7 +30,8 @@ DEMO_PARAMS: dict[str, dict] = {"river:KSWIN": {"seed": 7},
                                  # scale-free mode: scale learned on its own burn-in
                                  "cs": {"cs": "subgaussian", "sigma": None, "alpha": 0.001}}
 
-#: Values the scale is learned on before it is frozen (see operators.transforms.Standardize).
+#: Values the scale is learned on before it is frozen (see
+#: shiftwatch.operators.transforms.Standardize).
 BURN_IN = 30
 
 
@@ -39,8 +40,8 @@ def _slug(name: str) -> str:
 
 
 def _score_run(records: list[dict], detector: str, annotations, out_dir: Path, name: str):
-    from deploy.local import Pipeline
-    from sinks import EvaluationSink, JsonlSink
+    from shiftwatch.deploy.local import Pipeline
+    from shiftwatch.sinks import EvaluationSink, JsonlSink
 
     params = DEMO_PARAMS.get(detector, {})
     ops = [Standardize(burn_in=BURN_IN), create(detector, **params)]
@@ -60,9 +61,9 @@ def run_demo(out_dir: Path = Path("shiftwatch-demo"), datasets: list[str] | None
     """Run the comparison; returns the process exit status."""
     import sys
 
-    from operators.base import registered_names
-    from sinks import evaluate_detector
-    from streams import RiverDriftSource
+    from shiftwatch.operators.base import registered_names
+    from shiftwatch.sinks import evaluate_detector
+    from shiftwatch.streams import RiverDriftSource
 
     stream = stream or sys.stdout
     datasets = datasets or DEFAULT_DATASETS

@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from operators import create
-from operators.manifold_transforms import WindowCovariance
-from operators.transforms import Standardize
+from shiftwatch.operators import create
+from shiftwatch.operators.manifold_transforms import WindowCovariance
+from shiftwatch.operators.transforms import Standardize
 
 __all__ = ["run_sensor_demo", "SENSOR_DETECTORS", "WINDOW", "DATASET"]
 
@@ -58,9 +58,9 @@ def _slug(name: str) -> str:
 def run_sensor_demo(out_dir: Path = Path("shiftwatch-sensor-demo"), stream=None,
                     plots: bool = True) -> int:
     """Run the comparison on River's Occupancy series; returns the process exit status."""
-    from deploy.local import Pipeline
-    from sinks import EvaluationSink, JsonlSink, evaluate_detector
-    from streams import RiverDriftSource
+    from shiftwatch.deploy.local import Pipeline
+    from shiftwatch.sinks import EvaluationSink, JsonlSink, evaluate_detector
+    from shiftwatch.streams import RiverDriftSource
 
     stream = stream or sys.stdout
     out_dir = Path(out_dir)

@@ -7,8 +7,8 @@ writes only the keys whose state changed since the previous checkpoint, then one
 commit marker. Messages (keys are UTF-8; ``T`` is the input topic, ``P`` its partition):
 
 * **key entry** ``"T/P/k/<op>/<slot>/<chunk>/<key>"``: the state of one record key in the
-  ``op``-th operator of the chain (``operators.base.dumps_state`` JSON, no pickle). Value:
-  a JSON header line ``{"id", "chunk", "chunks", "bytes"}`` then the chunk's bytes. A state
+  ``op``-th operator of the chain (``shiftwatch.operators.base.dumps_state`` JSON, no pickle).
+  Value: a JSON header line ``{"id", "chunk", "chunks", "bytes"}`` then the chunk's bytes. A state
   larger than ``chunk_bytes`` (default 512 KiB, below Kafka's default 1 MiB message limit) is
   cut into several chunks, so per-key states of any size fit; restoring holds every key's
   state in memory.

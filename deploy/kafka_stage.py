@@ -1,14 +1,14 @@
 """The Kafka stage runner: one pipeline stage as a member of a Kafka consumer group.
 
 A stage consumes its input topic in micro-batches, groups each batch by partition and key,
-runs its operators (one :class:`~operators.base.Keyed` chain per input partition, so state
-moves with partitions), and produces every output to the output topic keyed like its input,
+runs its operators (one :class:`~shiftwatch.operators.base.Keyed` chain per input partition, so
+state moves with partitions), and produces every output to the output topic keyed like its input,
 with the input's coordinates ``{"input": {"topic", "partition", "offset", "n"}}``.
 
 State: every ``checkpoint.every_records`` records of a partition, every
 ``checkpoint.every_seconds`` seconds, on revoke and on shutdown, the stage checkpoints the
 partition incrementally to ``<pipeline>.<stage>.changelog`` (see
-:mod:`deploy.kafka_changelog`): the state of each key that changed since the previous
+:mod:`shiftwatch.deploy.kafka_changelog`): the state of each key that changed since the previous
 checkpoint, then a commit marker with the next input offset, then it commits the offset. On
 assignment the stage restores each partition as of its newest marker and seeks to its offset,
 so the state never counts a record twice nor misses one.
@@ -20,8 +20,8 @@ so the state never counts a record twice nor misses one.
   checkpoints per partition are in flight (a fourth first waits for the oldest). On
   revoke and shutdown the checkpoint is synchronous (flush, marker, flush, commit). A crash
   replays (and re-produces) at most the records after the last marker; the outputs carry
-  coordinates so duplicates can be dropped (:mod:`deploy.kafka_dedupe`, which a downstream
-  stage applies to its input by itself).
+  coordinates so duplicates can be dropped (:mod:`shiftwatch.deploy.kafka_dedupe`, which a
+  downstream stage applies to its input by itself).
 * ``exactly-once``: a transactional producer; outputs, dead letters, changelog entries, the
   markers and the consumed offsets go into one transaction committed at each checkpoint;
   consumers read ``read_committed``. A crash aborts the open transaction and the stage
@@ -48,15 +48,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.kafka_changelog import (
+from shiftwatch.deploy.kafka_changelog import (
     ChangelogReader,
     Restored,
     encode_entry,
     encode_marker,
 )
-from deploy.kafka_dedupe import Deduper
-from deploy.pipeline import PipelineConfig, PipelineError, StageConfig
-from operators.base import (
+from shiftwatch.deploy.kafka_dedupe import Deduper
+from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
+from shiftwatch.operators.base import (
     BadInput,
     DeadLetter,
     Keyed,
@@ -129,7 +129,7 @@ def decode_input(value: bytes | None, key: bytes | None, value_field: str = "val
     >>> decode_input(b'[1, 2]', None)
     Traceback (most recent call last):
     ...
-    operators.base.BadInput: message is a JSON list, expected an object
+    shiftwatch.operators.base.BadInput: message is a JSON list, expected an object
     """
     if value is None:
         raise BadInput("message has no value (a tombstone)")
@@ -260,8 +260,8 @@ class StageRunner:
     def prepare(self) -> None:
         """Check (or create) the topics, before anything is consumed.
 
-        Called by :meth:`run` first. Raises :class:`~deploy.pipeline.PipelineError` (one line)
-        when the input or output topic is missing and ``topics.create`` is false, or the
+        Called by :meth:`run` first. Raises :class:`~shiftwatch.deploy.pipeline.PipelineError` (one
+        line) when the input or output topic is missing and ``topics.create`` is false, or the
         changelog has fewer partitions than the input; kafka-python errors when the cluster
         cannot be reached.
         """
@@ -766,7 +766,7 @@ class StageRunner:
 
 
 def _mark_dirty(dirty: set, records: list) -> None:
-    """Add the keys of ``records`` (as :class:`~operators.base.Keyed` hashes them) to
+    """Add the keys of ``records`` (as :class:`~shiftwatch.operators.base.Keyed` hashes them) to
     ``dirty``; unhashable keys (dead letters) are skipped."""
     try:
         dirty.update([r.get("key") for r in records])

@@ -3,7 +3,7 @@
 This is the embedded default: ``shiftwatch replay`` and ``shiftwatch demo`` use it, and so
 can Python code::
 
-    from deploy import Pipeline
+    from shiftwatch.deploy import Pipeline
     summary = Pipeline(source, [create("river:ADWIN")], [JsonlSink("out.jsonl")]).run()
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from operators.base import DeadLetter, Keyed, Operator
+from shiftwatch.operators.base import DeadLetter, Keyed, Operator
 
 __all__ = ["Pipeline", "RunSummary"]
 
@@ -56,12 +56,12 @@ class Pipeline:
     Parameters
     ----------
     source
-        An iterable of records and :class:`~operators.base.DeadLetter` items (a
+        An iterable of records and :class:`~shiftwatch.operators.base.DeadLetter` items (a
         :class:`streams.Source`). Its ``length`` (if any) gives the progress bar an ETA.
     operators
         Applied in order; each one's outputs are the next one's inputs. Unless ``keyed`` is
-        False, each operator is wrapped in :class:`~operators.base.Keyed`, so every record
-        key gets its own state.
+        False, each operator is wrapped in :class:`~shiftwatch.operators.base.Keyed`, so every
+        record key gets its own state.
     sinks
         Receive the last operator's outputs in micro-batches (and the input records, if a
         sink sets ``wants_inputs``).
@@ -85,7 +85,7 @@ class Pipeline:
 
     Examples
     --------
-    >>> from operators.base import Operator
+    >>> from shiftwatch.operators.base import Operator
     >>> class Above(Operator):
     ...     def __init__(self, level=1.0):
     ...         self.level = level
@@ -182,7 +182,7 @@ class Pipeline:
     def _items(self):
         items: Iterable = self.source
         if self.speed:
-            from streams.replay import paced
+            from shiftwatch.streams.replay import paced
 
             items = paced(items, self.speed)
         offset = 0

@@ -1,8 +1,8 @@
 """Pipeline files: the YAML that ``shiftwatch run`` reads, loaded and validated in one place.
 
 A pipeline file names the Kafka cluster and a list of stages. Each stage consumes one topic,
-runs one or more operators (each wrapped in :class:`~operators.base.Keyed`) and produces to
-one topic; stages chain through topics::
+runs one or more operators (each wrapped in :class:`~shiftwatch.operators.base.Keyed`) and produces
+to one topic; stages chain through topics::
 
     pipeline: sensors                  # group ids and internal topics derive from it
     kafka:
@@ -26,7 +26,7 @@ Everything is checked by :func:`load_pipeline` before anything is consumed: unkn
 missing keys, bad operator names or parameters, bad numbers. Each problem is one line naming
 the file and the place (``pipeline.yaml: stages[1] (detect): unknown key 'oprator'``).
 Whether the topics exist is checked against the cluster when the stage starts
-(:meth:`deploy.kafka_stage.StageRunner.prepare`), also before consuming.
+(:meth:`shiftwatch.deploy.kafka_stage.StageRunner.prepare`), also before consuming.
 
 String values may use ``${VAR}`` or ``${VAR:-default}`` to read the environment (for the
 bootstrap address and credentials in containers).
@@ -102,7 +102,7 @@ class OperatorSpec:
 
     def build(self):
         """A fresh operator (raises ``ValueError`` for a bad name or parameter)."""
-        from operators import create
+        from shiftwatch.operators import create
 
         return create(self.name, **self.params)
 
@@ -210,7 +210,7 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     ...     "output": "out", "oprator": "x"}]})
     Traceback (most recent call last):
     ...
-    deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
+    shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
 allowed: name, input, output, operator, params, operators, value, key, guarantee, checkpoint, \
 batch, consumer, dedupe
     """

@@ -12,7 +12,7 @@ RiverDetector(detector='PageHinkley', field='value', threshold=5.0)
 
 from __future__ import annotations
 
-from operators.base import (
+from shiftwatch.operators.base import (
     PASSTHROUGH_FIELDS,
     BadInput,
     DeadLetter,
@@ -34,15 +34,19 @@ from operators.base import (
     registered_names,
     resolve,
 )
-from operators.cila import CILA
-from operators.confseq import ConfSeqDetector, ConfSeqOperator
-from operators.hare_tortoise import HareTortoise
-from operators.manifold_transforms import NormalizeSphere, WindowCovariance, WindowSubspace
-from operators.manifolds import SPD, Grassmann, Manifold, Sphere
-from operators.object_state import StateRefused, decode_object, encode_object
-from operators.riemannian import KarcherDetector, KarcherOperator, calibrate_threshold
-from operators.river_adapter import RiverDetector, river_detector_names
-from operators.transforms import Standardize
+from shiftwatch.operators.cila import CILA
+from shiftwatch.operators.confseq import ConfSeqDetector, ConfSeqOperator
+from shiftwatch.operators.hare_tortoise import HareTortoise
+from shiftwatch.operators.manifold_transforms import (
+    NormalizeSphere,
+    WindowCovariance,
+    WindowSubspace,
+)
+from shiftwatch.operators.manifolds import SPD, Grassmann, Manifold, Sphere
+from shiftwatch.operators.object_state import StateRefused, decode_object, encode_object
+from shiftwatch.operators.riemannian import KarcherDetector, KarcherOperator, calibrate_threshold
+from shiftwatch.operators.river_adapter import RiverDetector, river_detector_names
+from shiftwatch.operators.transforms import Standardize
 
 __all__ = [
     "BadInput",

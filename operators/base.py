@@ -137,7 +137,7 @@ def as_scalar(value: Any, name: str = "value") -> float:
     >>> as_scalar(float("nan"))
     Traceback (most recent call last):
     ...
-    operators.base.BadInput: value is not finite: nan
+    shiftwatch.operators.base.BadInput: value is not finite: nan
     """
     if isinstance(value, (bool, np.bool_)):
         return float(value)
@@ -177,7 +177,7 @@ def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
     >>> as_array([[1, 2]], shape=(2, 2))
     Traceback (most recent call last):
     ...
-    operators.base.BadInput: value has shape (1, 2), expected (2, 2)
+    shiftwatch.operators.base.BadInput: value has shape (1, 2), expected (2, 2)
     """
     try:
         arr = np.asarray(value, dtype=np.float64)
@@ -515,7 +515,7 @@ def register_prefix(prefix: str, factory: Callable[[str], Callable[..., Operator
 
 def _load_builtin() -> None:
     # Importing the package registers every built-in operator.
-    import operators  # noqa: F401
+    import shiftwatch.operators  # noqa: F401
 
 
 def resolve(name: str) -> Callable[..., Operator]:
@@ -697,7 +697,7 @@ class Keyed(Operator):
 
     Examples
     --------
-    >>> from operators.base import Keyed
+    >>> from shiftwatch.operators.base import Keyed
     >>> class Count(Operator):
     ...     def __init__(self):
     ...         self._reset()

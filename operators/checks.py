@@ -2,16 +2,16 @@
 ``parametrize_with_checks``).
 
 Each check takes an operator name and parameters, constructs the operator with
-:func:`~operators.base.create`, feeds it the operator class's ``_test_stream(params)`` and
-``_bad_records(params)`` and raises ``AssertionError`` describing the first difference.
+:func:`~shiftwatch.operators.base.create`, feeds it the operator class's ``_test_stream(params)``
+and ``_bad_records(params)`` and raises ``AssertionError`` describing the first difference.
 ``tests/operators/test_checks.py`` runs every check over every name in
-:func:`~operators.base.registered_names` and every ``_unit_test_params()`` set, so a new
+:func:`~shiftwatch.operators.base.registered_names` and every ``_unit_test_params()`` set, so a new
 operator is checked as soon as it is registered. An operator that cannot meet a check says so,
 with the reason, in :data:`OPT_OUTS`.
 
 Examples
 --------
->>> from operators.checks import check_operator, yield_checks
+>>> from shiftwatch.operators.checks import check_operator, yield_checks
 >>> [c.__name__ for c in yield_checks("river:PageHinkley", {})][:3]
 ['check_construct_repr_clone', 'check_state_roundtrip', 'check_batch_equals_process']
 >>> check_operator("river:PageHinkley", {"threshold": 10.0})
@@ -27,7 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from operators.base import BadInput, DeadLetter, Keyed, Operator, create, dumps_state, loads_state
+from shiftwatch.operators.base import (
+    BadInput,
+    DeadLetter,
+    Keyed,
+    Operator,
+    create,
+    dumps_state,
+    loads_state,
+)
 
 __all__ = [
     "OPT_OUTS",

@@ -7,7 +7,8 @@ replayed from a class-balanced buffer: an asymmetric supervised contrastive loss
 augmented views plus instance-wise relation distillation (IRD) against a frozen copy of the
 model taken at the end of the previous task. CILA (Wen et al., 2024) weighs the distillation
 per task with ``lambda_t`` computed from the mean losses of the earlier tasks. Predictions come
-from a linear probe on the encoder's output. The losses are in :mod:`operators.cila_losses`.
+from a linear probe on the encoder's output. The losses are in
+:mod:`shiftwatch.operators.cila_losses`.
 
 The baselines of the paper are options of the same operator (``method=``): ``co2l``
 (``lambda`` fixed at 1), ``er`` (experience replay, cross-entropy through the encoder) and
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.base import (
+from shiftwatch.operators.base import (
     BadInput,
     Operator,
     as_array,
@@ -37,13 +38,13 @@ from operators.base import (
     encode_state,
     get_field,
 )
-from operators.base import register as _register
+from shiftwatch.operators.base import register as _register
 
 try:
     import torch
 
-    import operators.torch_state  # noqa: F401  (registers the tensor codec)
-    from operators.cila_losses import asymmetric_supcon, relation_distillation
+    import shiftwatch.operators.torch_state  # noqa: F401  (registers the tensor codec)
+    from shiftwatch.operators.cila_losses import asymmetric_supcon, relation_distillation
 except ImportError:  # pragma: no cover - exercised only without the learners extra
     torch = None  # type: ignore[assignment]
 
@@ -222,7 +223,7 @@ class CILA(Operator):
     Examples
     --------
     >>> import numpy as np
-    >>> from operators.cila import CILA
+    >>> from shiftwatch.operators.cila import CILA
     >>> rng = np.random.default_rng(0)
     >>> centres = rng.normal(0, 2, (4, 6))
     >>> stream = [{"value": (centres[c] + rng.normal(0, 0.5, 6)).tolist(), "y": int(c),

@@ -3,7 +3,7 @@
 At every time ``m`` a level-(1 - alpha) confidence sequence (CS) ``C_{m,n}`` for a parameter
 of the stream is started; the detector alarms at the first ``n`` where the intersection of all
 CSs started so far (each made nested by running intersection) is empty. The intersection over
-all start times is computed exactly by the kernels of :mod:`operators.confseq_kernels`
+all start times is computed exactly by the kernels of :mod:`shiftwatch.operators.confseq_kernels`
 (convex hull of the prefix-sum walk, or a CUSUM recursion of the capital), so no CS is ever
 dropped unless ``prune`` asks for it.
 """
@@ -18,7 +18,7 @@ import numpy as np
 from numba import types
 from river import base as river_base
 
-from operators.base import (
+from shiftwatch.operators.base import (
     BadInput,
     DeadLetter,
     Operator,
@@ -27,7 +27,7 @@ from operators.base import (
     get_field,
     register,
 )
-from operators.confseq_kernels import (
+from shiftwatch.operators.confseq_kernels import (
     BETTING_STATE,
     HULL_STATE,
     M_FLAG,
@@ -127,7 +127,7 @@ class ConfSeqDetector(river_base.DriftDetector):
         ``"subgaussian"`` only: the sub-Gaussian scale, or ``None`` for the scale-free mode.
     lower, upper
         Bounds of the data for ``"hoeffding"``, ``"empirical-bernstein"`` and ``"betting"``.
-        A value outside them is rejected with :class:`~operators.base.BadInput`.
+        A value outside them is rejected with :class:`~shiftwatch.operators.base.BadInput`.
     quantile
         ``"quantile"`` only: the level ``p`` in (0, 1).
     pfa
@@ -146,7 +146,7 @@ class ConfSeqDetector(river_base.DriftDetector):
     ``update_many(xs)`` runs the same kernel over an array and returns the positions of the
     alarms in ``xs``; it is identical to calling ``update`` in a loop. Non-finite values,
     non-numbers and values out of ``[lower, upper]`` raise
-    :class:`~operators.base.BadInput` and leave the state untouched.
+    :class:`~shiftwatch.operators.base.BadInput` and leave the state untouched.
 
     Examples
     --------
@@ -309,8 +309,8 @@ class ConfSeqDetector(river_base.DriftDetector):
         """Copy the state arrays into one float and one int buffer and rebind them as views.
 
         ``update`` hands only these two buffers to the Numba kernel (see ``HULL_STATE`` in
-        :mod:`operators.confseq_kernels`). Called after any array is replaced (reset, hull
-        growth, state restore, copy).
+        :mod:`shiftwatch.operators.confseq_kernels`). Called after any array is replaced (reset,
+        hull growth, state restore, copy).
         """
         names = HULL_STATE if self._hull else BETTING_STATE
         arrays = [np.asarray(getattr(self, k), dtype=np.float64) for k in names]
@@ -477,7 +477,7 @@ class ConfSeqOperator(Operator):
     ``alarm`` is then true when any coordinate alarms, ``lower``/``upper`` are lists and
     ``coordinates`` lists the coordinates that alarmed. The first record fixes the shape.
     Bad values (NaN, non-numbers, outside ``[lower, upper]`` for the bounded CSs, another
-    shape) raise :class:`~operators.base.BadInput` and become dead letters.
+    shape) raise :class:`~shiftwatch.operators.base.BadInput` and become dead letters.
 
     Parameters are those of :class:`ConfSeqDetector` plus ``field`` (dotted path). The
     default is the scale-free sub-Gaussian CS (``sigma=None``, scale learned on a burn-in).

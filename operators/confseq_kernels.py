@@ -1,7 +1,8 @@
-"""Numba kernels of :mod:`operators.confseq`: the exact max/min over all start times.
+"""Numba kernels of :mod:`shiftwatch.operators.confseq`: the exact max/min over all start times.
 
 Two families, each a plain ``@njit(cache=True)`` function that consumes a whole array of
-observations and mutates state arrays owned by a :class:`~operators.confseq.ConfSeqDetector`.
+observations and mutates state arrays owned by a
+:class:`~shiftwatch.operators.confseq.ConfSeqDetector`.
 
 * :func:`cs_hull_run` — confidence sequences whose bound, for each ``lambda_j`` of a fixed
   grid, is linear in partial sums (sub-Gaussian, Hoeffding, empirical Bernstein). The bound of

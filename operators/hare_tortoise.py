@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.base import (
+from shiftwatch.operators.base import (
     BadInput,
     DeadLetter,
     Operator,
@@ -51,7 +51,7 @@ def _torch() -> Any:
         raise ImportError(
             "the hare-tortoise operator needs PyTorch: "
             "pip install -c constraints.txt -e '.[learners]'") from exc
-    import operators.torch_state  # noqa: F401  (teaches the state codec torch tensors)
+    import shiftwatch.operators.torch_state  # noqa: F401  (teaches the state codec torch tensors)
 
     return torch
 
@@ -353,7 +353,7 @@ class HareTortoise(Operator):
 
     def state_dict(self) -> dict:
         """Both networks, the optimiser, buffers, counters and the generator, as tensors,
-        NumPy arrays and plain values (see :mod:`operators.torch_state`)."""
+        NumPy arrays and plain values (see :mod:`shiftwatch.operators.torch_state`)."""
         raw = {
             "hare": self._hare.state_dict(),
             "tortoise": None if self._tortoise is None else self._tortoise.state_dict(),

@@ -22,9 +22,10 @@ not finite, arrays and bytes as base64, shared references and cycles (an object 
 twice, a bound method pointing back to its detector) as references, so a decoded graph is an
 exact copy and replaying a stream through it gives bit-identical results.
 
-The codec is also registered with :func:`operators.base.register_state_extension` under the
-marker ``"__object__"``: any operator whose underscore attributes hold River objects can use
-the default :meth:`~operators.base.Operator.state_dict`.
+The codec is also registered with
+:func:`shiftwatch.operators.base.register_state_extension` under the marker ``"__object__"``:
+any operator whose underscore attributes hold River objects can use the
+default :meth:`~shiftwatch.operators.base.Operator.state_dict`.
 
 Examples
 --------
@@ -40,8 +41,8 @@ Examples
 >>> decode_object({"!obj": 0, "new": {"!global": "os:system"}, "args": ["ls"]})
 Traceback (most recent call last):
 ...
-operators.object_state.StateRefused: refusing to load os.system: not in the state allowlist \
-(river.*, collections.deque, collections.OrderedDict, random.Random, numpy arrays)
+shiftwatch.operators.object_state.StateRefused: refusing to load os.system: not in the state \
+allowlist (river.*, collections.deque, collections.OrderedDict, random.Random, numpy arrays)
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from operators.base import register_state_extension
+from shiftwatch.operators.base import register_state_extension
 
 __all__ = ["StateRefused", "encode_object", "decode_object", "is_allowed_class"]
 

@@ -3,7 +3,7 @@
 :class:`KarcherDetector` holds the mathematics (a River drift detector: ``update(x)``,
 ``drift_detected``, plus ``statistic`` and ``score_many``); the registered operator
 ``karcher`` (:class:`KarcherOperator`) wraps it for records. The per-sample work runs in the
-Numba kernels of this module and of :mod:`operators.manifolds`.
+Numba kernels of this module and of :mod:`shiftwatch.operators.manifolds`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numpy as np
 from numba import njit
 from river.base import DriftDetector
 
-from operators.base import BadInput, DeadLetter, Operator, get_field, register
-from operators.manifolds import (
+from shiftwatch.operators.base import BadInput, DeadLetter, Operator, get_field, register
+from shiftwatch.operators.manifolds import (
     MANIFOLD_NAMES,
     Manifold,
     grassmann_dist,
@@ -192,8 +192,8 @@ class KarcherDetector(DriftDetector):
     Parameters
     ----------
     manifold
-        A :class:`~operators.manifolds.Manifold` (``SPD(8)``, ``Grassmann(20, 5)``, ...) or
-        a name whose dimensions are read from the first sample: ``"spd"`` (affine-invariant),
+        A :class:`~shiftwatch.operators.manifolds.Manifold` (``SPD(8)``, ``Grassmann(20, 5)``, ...)
+        or a name whose dimensions are read from the first sample: ``"spd"`` (affine-invariant),
         ``"spd-log-euclidean"``, ``"spd-bures-wasserstein"``, ``"grassmann"`` (n x p
         orthonormal bases), ``"sphere"`` (unit vectors).
     step_slow, step_fast
@@ -234,7 +234,7 @@ class KarcherDetector(DriftDetector):
 
     Examples
     --------
-    >>> from streams.synthetic import WishartSPDStream
+    >>> from shiftwatch.streams.synthetic import WishartSPDStream
     >>> xs = np.array([r["value"] for r in WishartSPDStream(n=2000, change_point=1500, seed=1)])
     >>> det = KarcherDetector("spd", threshold=0.35, update="retraction")
     >>> alarms = []
@@ -537,7 +537,7 @@ class KarcherOperator(Operator):
 
     Examples
     --------
-    >>> from streams.synthetic import WishartSPDStream
+    >>> from shiftwatch.streams.synthetic import WishartSPDStream
     >>> op = KarcherOperator(manifold="spd", threshold=0.35, update="retraction")
     >>> outs = op.process_batch(list(WishartSPDStream(n=2000, change_point=1500, seed=1)))
     >>> [o["ts"] for o in outs if o["alarm"]]
@@ -579,7 +579,7 @@ class KarcherOperator(Operator):
         self._detector = KarcherDetector(**self._detector_params())
 
     def state_dict(self) -> dict:
-        from operators.base import decode_state, encode_state
+        from shiftwatch.operators.base import decode_state, encode_state
 
         return {"operator": self.name,
                 "state": decode_state(encode_state(self._detector.state_dict()))}
@@ -642,7 +642,7 @@ class KarcherOperator(Operator):
 
     @classmethod
     def _test_stream(cls, params: dict, n: int = 200, seed: int = 0) -> list[dict]:
-        from streams.synthetic import GrassmannStream, WishartSPDStream
+        from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
 
         m = params.get("manifold", "spd")
         if m.startswith("spd"):

@@ -4,7 +4,7 @@ Every detector of :mod:`river.drift` and :mod:`river.drift.binary` is registered
 prefix ``river``, so ``create("river:ADWIN", delta=0.01)`` and a pipeline config saying
 ``operator: river:ADWIN`` both work, and ``shiftwatch operators`` lists each one with its
 parameters. The state of a detector is written with the restricted object-graph codec of
-:mod:`operators.object_state`: plain JSON, no pickle.
+:mod:`shiftwatch.operators.object_state`: plain JSON, no pickle.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from operators.base import (
+from shiftwatch.operators.base import (
     PASSTHROUGH_FIELDS,
     BadInput,
     DeadLetter,
@@ -28,7 +28,7 @@ from operators.base import (
     get_field,
     register_prefix,
 )
-from operators.object_state import decode_object, encode_object
+from shiftwatch.operators.object_state import decode_object, encode_object
 
 __all__ = ["RiverDetector", "river_detector_names"]
 
@@ -184,8 +184,8 @@ class RiverDetector(Operator):
     per coordinate and ``alarm`` is true when any coordinate alarms; ``statistic`` is then the
     list of per-coordinate statistics and ``coordinates`` lists the coordinates that alarmed.
     The first record fixes whether values are scalars or vectors of a given length; a later
-    record of another shape is rejected with :class:`~operators.base.BadInput`, as are NaN,
-    non-numbers and missing fields, leaving the state unchanged.
+    record of another shape is rejected with :class:`~shiftwatch.operators.base.BadInput`, as are
+    NaN, non-numbers and missing fields, leaving the state unchanged.
 
     Detectors with a ``seed`` (KSWIN, DummyDriftDetector) are reproducible only when it is
     given; every coordinate of a vector gets a detector with the same parameters.

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from operators.base import BadInput, Operator, as_array, get_field, register
+from shiftwatch.operators.base import BadInput, Operator, as_array, get_field, register
 
 __all__ = ["Standardize"]
 

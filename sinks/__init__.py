@@ -1,14 +1,14 @@
 """Sinks: where results go (files, the console, memory, dead letters, the evaluation report).
 
-The metric functions live in :mod:`sinks.metrics`; the lifecycle every sink follows is in
-:mod:`sinks.base`.
+The metric functions live in :mod:`shiftwatch.sinks.metrics`; the lifecycle every sink follows is in
+:mod:`shiftwatch.sinks.base`.
 """
 
 from __future__ import annotations
 
-from sinks.base import Sink
-from sinks.evaluation import EvaluationSink, evaluate_detector, merge_change_points
-from sinks.files import (
+from shiftwatch.sinks.base import Sink
+from shiftwatch.sinks.evaluation import EvaluationSink, evaluate_detector, merge_change_points
+from shiftwatch.sinks.files import (
     ConsoleAlarmSink,
     CsvSink,
     DeadLetterSink,
@@ -16,7 +16,7 @@ from sinks.files import (
     MemorySink,
     jsonable,
 )
-from sinks.metrics import (
+from shiftwatch.sinks.metrics import (
     AccuracyMatrix,
     accuracy_matrix,
     average_accuracy,

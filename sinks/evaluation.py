@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from sinks.base import Sink
-from sinks.files import _key_text, jsonable
-from sinks.metrics import (
+from shiftwatch.sinks.base import Sink
+from shiftwatch.sinks.files import _key_text, jsonable
+from shiftwatch.sinks.metrics import (
     accuracy_matrix,
     average_accuracy,
     covering,
@@ -99,8 +99,8 @@ def evaluate_detector(
     dict
         ``n``, ``alarms``, ``n_alarms``, ``f1``, ``precision``, ``recall``, ``covering``
         (None without annotations), ``margin``, ``change_points`` (the merged truth, inside
-        the series) and ``detection``: :func:`~sinks.metrics.detection_summary` against those
-        change points (its ``average_run_length`` is ``inf`` when there is no false alarm).
+        the series) and ``detection``: :func:`~shiftwatch.sinks.metrics.detection_summary` against
+        those change points (its ``average_run_length`` is ``inf`` when there is no false alarm).
 
     Examples
     --------
@@ -212,7 +212,7 @@ class EvaluationSink(Sink):
     Detector outputs (records with an ``alarm`` field) are scored per key with
     :func:`evaluate_detector` against the annotations; learner outputs (records with a
     ``y_pred`` field, also ``y_pred_*`` variants) get prequential accuracy, accuracy per task,
-    the task accuracy matrix (:func:`~sinks.metrics.accuracy_matrix`), forgetting and
+    the task accuracy matrix (:func:`~shiftwatch.sinks.metrics.accuracy_matrix`), forgetting and
     average accuracy.
 
     Parameters

@@ -17,8 +17,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from operators.base import DeadLetter
-from sinks.base import Sink
+from shiftwatch.operators.base import DeadLetter
+from shiftwatch.sinks.base import Sink
 
 __all__ = [
     "jsonable",
@@ -399,8 +399,8 @@ class MemorySink(Sink):
 class DeadLetterSink(_FileSink):
     """Receive dead letters: write them as JSON lines to ``path``, or keep them in memory.
 
-    ``write`` accepts :class:`~operators.base.DeadLetter` objects and dead letters already
-    turned into records (``DeadLetter.to_record()`` dicts).
+    ``write`` accepts :class:`~shiftwatch.operators.base.DeadLetter` objects and dead letters
+    already turned into records (``DeadLetter.to_record()`` dicts).
 
     Parameters
     ----------

@@ -2,22 +2,22 @@
 
 Files (CSV, JSON Lines), River's bundled datasets, seeded synthetic generators, and
 :func:`open_source` to pick one from a spec string such as ``"data/log.csv.gz"``,
-``"river:Occupancy"`` or ``"synth:wishart"``. See :mod:`streams.base` for the contract.
+``"river:Occupancy"`` or ``"synth:wishart"``. See :mod:`shiftwatch.streams.base` for the contract.
 """
 
 from __future__ import annotations
 
-from streams.base import Source
-from streams.files import CsvSource, JsonlSource
-from streams.kafka import KafkaSource
-from streams.replay import SourceInfo, list_sources, open_source, paced
-from streams.river_data import (
+from shiftwatch.streams.base import Source
+from shiftwatch.streams.files import CsvSource, JsonlSource
+from shiftwatch.streams.kafka import KafkaSource
+from shiftwatch.streams.replay import SourceInfo, list_sources, open_source, paced
+from shiftwatch.streams.river_data import (
     RiverDatasetSource,
     RiverDriftSource,
     drift_dataset_names,
     river_dataset_names,
 )
-from streams.synthetic import (
+from shiftwatch.streams.synthetic import (
     BetaStream,
     GaussianShift,
     GrassmannStream,

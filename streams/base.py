@@ -1,15 +1,15 @@
 """Sources: where records come from.
 
-A source is an iterable of records (dicts, see ``operators.base``) and
-:class:`~operators.base.DeadLetter` items for input it could not parse. Sources never write
-dead letters themselves: the runner routes them.
+A source is an iterable of records (dicts, see ``shiftwatch.operators.base``) and
+:class:`~shiftwatch.operators.base.DeadLetter` items for input it could not parse. Sources never
+write dead letters themselves: the runner routes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from operators.base import DeadLetter
+from shiftwatch.operators.base import DeadLetter
 
 __all__ = ["Source"]
 

@@ -2,8 +2,8 @@
 
 Both sources map named columns (fields) to the record fields ``key``, ``ts``, ``value``, ``y``
 and ``task``. A line that cannot be turned into a record becomes a
-:class:`~operators.base.DeadLetter` whose origin is ``{"file": path, "line": n}`` (``n`` the
-physical, 1-based line number, the header being line 1 of a CSV file), and reading goes on.
+:class:`~shiftwatch.operators.base.DeadLetter` whose origin is ``{"file": path, "line": n}`` (``n``
+the physical, 1-based line number, the header being line 1 of a CSV file), and reading goes on.
 
 Conventions shared by both sources:
 
@@ -30,8 +30,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from operators.base import BadInput, DeadLetter, as_array, as_scalar, get_field
-from streams.base import Source
+from shiftwatch.operators.base import BadInput, DeadLetter, as_array, as_scalar, get_field
+from shiftwatch.streams.base import Source
 
 __all__ = ["CsvSource", "JsonlSource"]
 

@@ -17,8 +17,8 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from operators.base import DeadLetter, get_field
-from streams.base import Source
+from shiftwatch.operators.base import DeadLetter, get_field
+from shiftwatch.streams.base import Source
 
 __all__ = ["KafkaSource", "parse_time"]
 

@@ -2,17 +2,18 @@
 
 Spec strings (what ``shiftwatch replay SOURCE`` takes):
 
-* a path ending ``.csv``, ``.tsv`` (optionally ``.gz``) -> :class:`~streams.files.CsvSource`
+* a path ending ``.csv``, ``.tsv`` (optionally ``.gz``) ->
+:class:`~shiftwatch.streams.files.CsvSource`
   (``.tsv`` sets ``delimiter="\\t"``);
 * a path ending ``.jsonl``, ``.ndjson`` or ``.json`` (optionally ``.gz``) ->
-  :class:`~streams.files.JsonlSource` (``.json`` files must be JSON Lines too);
-* ``river:NAME`` -> :class:`~streams.river_data.RiverDriftSource` when NAME is one of
-  River's change-point datasets, else :class:`~streams.river_data.RiverDatasetSource`
+  :class:`~shiftwatch.streams.files.JsonlSource` (``.json`` files must be JSON Lines too);
+* ``river:NAME`` -> :class:`~shiftwatch.streams.river_data.RiverDriftSource` when NAME is one of
+  River's change-point datasets, else :class:`~shiftwatch.streams.river_data.RiverDatasetSource`
   (``river:datasets.NAME`` forces the latter: River has two AirlinePassengers);
 * ``synth:NAME`` with NAME in gaussian, gaussian-mean, gaussian-variance, beta, wishart,
-  grassmann -> the generator of :mod:`streams.synthetic`;
+  grassmann -> the generator of :mod:`shiftwatch.streams.synthetic`;
 * ``kafka:TOPIC?bootstrap=HOST:PORT&start=..&end=..&start_time=..&end_time=..`` ->
-  :class:`~streams.kafka.KafkaSource` (query keys are its options; no consumer group).
+  :class:`~shiftwatch.streams.kafka.KafkaSource` (query keys are its options; no consumer group).
 
 Options are the keyword arguments of the class the spec resolves to.
 """
@@ -27,17 +28,22 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.base import DeadLetter
-from streams.base import Source
-from streams.files import CsvSource, JsonlSource
-from streams.river_data import (
+from shiftwatch.operators.base import DeadLetter
+from shiftwatch.streams.base import Source
+from shiftwatch.streams.files import CsvSource, JsonlSource
+from shiftwatch.streams.river_data import (
     RiverDatasetSource,
     RiverDriftSource,
     _canon,
     drift_dataset_names,
     river_dataset_names,
 )
-from streams.synthetic import BetaStream, GaussianShift, GrassmannStream, WishartSPDStream
+from shiftwatch.streams.synthetic import (
+    BetaStream,
+    GaussianShift,
+    GrassmannStream,
+    WishartSPDStream,
+)
 
 __all__ = ["paced", "open_source", "list_sources", "SourceInfo", "SYNTHETIC"]
 
@@ -193,7 +199,7 @@ gaussian-variance, beta, wishart, grassmann
     if sep and prefix == "kafka":
         from urllib.parse import parse_qsl
 
-        from streams.kafka import KafkaSource
+        from shiftwatch.streams.kafka import KafkaSource
 
         topic, _, query = rest.partition("?")
         if not topic:
@@ -233,7 +239,7 @@ def list_sources() -> list[SourceInfo]:
                               {}))
     for n, (ctor, summary) in SYNTHETIC.items():
         out.append(SourceInfo(f"synth:{n}", summary, _params(ctor)))
-    from streams.kafka import KafkaSource
+    from shiftwatch.streams.kafka import KafkaSource
 
     out.append(SourceInfo("kafka:TOPIC?bootstrap=H:P", "Kafka topic history between offsets or "
                           "times (no consumer group)", _params(KafkaSource, ("topic", "client"))))

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from operators.base import DeadLetter
-from streams.base import Source
+from shiftwatch.operators.base import DeadLetter
+from shiftwatch.streams.base import Source
 
 __all__ = ["RiverDriftSource", "RiverDatasetSource", "drift_dataset_names",
            "river_dataset_names"]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from streams.base import Source
+from shiftwatch.streams.base import Source
 
 __all__ = ["GaussianShift", "BetaStream", "WishartSPDStream", "GrassmannStream",
            "random_spd_scale"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cli import load_labels, main, parse_params
+from shiftwatch.deploy.cli import load_labels, main, parse_params
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ def test_user_errors_are_one_line_exit_2(argv, fragment, capsys, tmp_path, monke
 
 
 def test_console_script_error_has_no_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "deploy.cli", "replay", "missing.jsonl",
+    proc = subprocess.run([sys.executable, "-m", "shiftwatch.deploy.cli", "replay", "missing.jsonl",
                            "--operator", "river:ADWIN", "--out", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2

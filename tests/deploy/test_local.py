@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deploy import Pipeline
-from operators import create
-from operators.base import BadInput, DeadLetter, Operator
-from operators.transforms import Standardize
+from shiftwatch.deploy import Pipeline
+from shiftwatch.operators import create
+from shiftwatch.operators.base import BadInput, DeadLetter, Operator
+from shiftwatch.operators.transforms import Standardize
 
 
 class Collect:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy.cli import main
-from deploy.pipeline import PipelineError, load_pipeline, parse_pipeline
+from shiftwatch.deploy.cli import main
+from shiftwatch.deploy.pipeline import PipelineError, load_pipeline, parse_pipeline
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").glob("*.yaml"))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,10 +13,10 @@ import numpy as np
 import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from deploy.kafka_changelog import checkpoints_in
-from deploy.local import Pipeline
-from operators import create
-from operators.base import dumps_state, loads_state
+from shiftwatch.deploy.kafka_changelog import checkpoints_in
+from shiftwatch.deploy.local import Pipeline
+from shiftwatch.operators import create
+from shiftwatch.operators.base import dumps_state, loads_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,9 +122,9 @@ def start_stage_process(pipeline: Path, *args: str, log: Path | None = None
                         ) -> subprocess.Popen:
     """``shiftwatch run PIPELINE ARGS`` in a subprocess (so it can be SIGKILLed)."""
     out = open(log, "ab") if log is not None else subprocess.DEVNULL
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "deploy.cli", "run", str(pipeline), *args],
-                            cwd=ROOT, stdout=out, stderr=out, env=env)
+    return subprocess.Popen([sys.executable, "-m", "shiftwatch.deploy.cli", "run", str(pipeline),
+                             *args],
+                            cwd=ROOT, stdout=out, stderr=out)
 
 
 def reference(records: list[dict], operators: list[tuple[str, dict]]):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from collections import namedtuple
 
-from deploy.kafka_changelog import restore
-from deploy.kafka_stage import StageRunner
-from deploy.pipeline import parse_pipeline
-from operators.base import dumps_state
+from shiftwatch.deploy.kafka_changelog import restore
+from shiftwatch.deploy.kafka_stage import StageRunner
+from shiftwatch.deploy.pipeline import parse_pipeline
+from shiftwatch.operators.base import dumps_state
 
 TP = namedtuple("TP", "topic partition")
 Msg = namedtuple("Msg", "topic partition offset key value timestamp")

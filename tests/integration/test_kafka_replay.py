@@ -7,8 +7,8 @@ import time
 
 from kafka_helpers import create_topics, produce, sensor_records, unique
 
-from deploy.cli import main
-from streams import open_source
+from shiftwatch.deploy.cli import main
+from shiftwatch.streams import open_source
 
 
 def test_replay_kafka_history_equals_replay_of_the_file(kafka_bootstrap, tmp_path):

@@ -25,12 +25,12 @@ from kafka_helpers import (
     write_pipeline,
 )
 
-from deploy.cli import main
-from deploy.kafka_changelog import encode_entry, restore
-from deploy.kafka_dedupe import dedupe
-from deploy.kafka_stage import run_pipeline
-from deploy.pipeline import load_pipeline
-from operators.base import dumps_state, loads_state
+from shiftwatch.deploy.cli import main
+from shiftwatch.deploy.kafka_changelog import encode_entry, restore
+from shiftwatch.deploy.kafka_dedupe import dedupe
+from shiftwatch.deploy.kafka_stage import run_pipeline
+from shiftwatch.deploy.pipeline import load_pipeline
+from shiftwatch.operators.base import dumps_state, loads_state
 
 CHAIN = [("standardize", {"burn_in": 30}), ("river:ADWIN", {"delta": 0.01})]
 

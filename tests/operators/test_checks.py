@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators import registered_names, resolve
-from operators.checks import _CHECKS, OPT_OUTS, yield_checks
+from shiftwatch.operators import registered_names, resolve
+from shiftwatch.operators.checks import _CHECKS, OPT_OUTS, yield_checks
 
 
 def _cases():

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from operators import BadInput, create
-from operators.confseq import CS_CHOICES, ConfSeqDetector
+from shiftwatch.operators import BadInput, create
+from shiftwatch.operators.confseq import CS_CHOICES, ConfSeqDetector
 
 # --------------------------------------------------------------------------------------
 # Brute-force reference: every start time, plain NumPy, O(n) work per step.

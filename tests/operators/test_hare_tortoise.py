@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from operators import BadInput, Keyed, create, dumps_state, loads_state  # noqa: E402
-from operators.hare_tortoise import HareTortoise  # noqa: E402
+from shiftwatch.operators import BadInput, Keyed, create, dumps_state, loads_state  # noqa: E402
+from shiftwatch.operators.hare_tortoise import HareTortoise  # noqa: E402
 
 SMALL = {"in_dim": 5, "n_classes": 3, "hidden": [16], "batch_size": 8, "buffer_size": 40,
          "ema_momentum": 0.9, "reset_every": 7, "seed": 11}
@@ -288,7 +288,7 @@ def test_model_factory_must_return_a_module():
 
 
 def test_torch_state_codec_round_trips_dtypes():
-    from operators.base import decode_state, encode_state
+    from shiftwatch.operators.base import decode_state, encode_state
 
     for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.uint8,
                   torch.bool):

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-import operators
-from operators.base import (
+import shiftwatch.operators.base
+from shiftwatch.operators.base import (
     BadInput,
     DeadLetter,
     Keyed,
@@ -98,7 +98,7 @@ def test_register_rejects_a_second_class_under_a_taken_name():
     with pytest.raises(ValueError, match="already registered"):
         register("test-dummy-op")(type("B", (Operator,), {}))
     assert "test-dummy-op" in registered_names()
-    operators.base._REGISTRY.pop("test-dummy-op")
+    shiftwatch.operators.base._REGISTRY.pop("test-dummy-op")
 
 
 def test_list_operators_shows_params_with_defaults():
@@ -216,8 +216,8 @@ def test_as_array_edge_cases():
 
 def test_every_public_name_of_the_operator_modules_imports():
     # The packages' own __all__ are checked in tests/test_package_exports.py.
-    for module in ["operators.base", "operators.object_state", "operators.river_adapter",
-                   "operators.checks"]:
+    for module in ["shiftwatch.operators.base", "shiftwatch.operators.object_state",
+                   "shiftwatch.operators.river_adapter", "shiftwatch.operators.checks"]:
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert hasattr(mod, name), f"{module}.{name}"
@@ -227,13 +227,13 @@ def test_every_public_name_of_the_operator_modules_imports():
                                           ("standardize", {"burn_in": 5}),
                                           ("cs", {})])
 def test_keep_input_wrapper_passes_the_shared_checks(name, params):
-    from operators.checks import check_operator
+    from shiftwatch.operators.checks import check_operator
 
     check_operator(name, {**params, "keep_input": True})
 
 
 def test_keep_input_outputs_carry_input_fields_and_own_fields_win():
-    from operators import create
+    from shiftwatch.operators import create
 
     op = create("standardize", burn_in=2, keep_input=True)
     recs = [{"key": "a", "offset": i, "value": float(i), "y": i % 2, "meta": {"s": 1}}

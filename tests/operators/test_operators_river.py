@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from river import drift
 
-from operators import BadInput, Operator, RiverDetector, create, dumps_state, loads_state
-from operators.object_state import StateRefused, decode_object, encode_object
-from operators.river_adapter import river_detector_names
+from shiftwatch.operators import BadInput, Operator, RiverDetector, create, dumps_state, loads_state
+from shiftwatch.operators.object_state import StateRefused, decode_object, encode_object
+from shiftwatch.operators.river_adapter import river_detector_names
 
 ALL = river_detector_names()
 BINARY = {"DDM", "EDDM", "FHDDM", "HDDMA", "HDDMW"}

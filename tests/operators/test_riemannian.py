@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from geomstats.geometry.spd_matrices import SPDAffineMetric, SPDMatrices
 
-from operators import create
-from operators.base import BadInput, DeadLetter, dumps_state, loads_state
-from operators.manifolds import SPD, Grassmann
-from operators.riemannian import KarcherDetector, calibrate_threshold
-from streams.synthetic import GrassmannStream, WishartSPDStream
+from shiftwatch.operators import create
+from shiftwatch.operators.base import BadInput, DeadLetter, dumps_state, loads_state
+from shiftwatch.operators.manifolds import SPD, Grassmann
+from shiftwatch.operators.riemannian import KarcherDetector, calibrate_threshold
+from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from deploy.demo_sensors import run_sensor_demo
+from shiftwatch.deploy.demo_sensors import run_sensor_demo
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from sinks import EvaluationSink, evaluate_detector, f_measure, merge_change_points
+from shiftwatch.sinks import EvaluationSink, evaluate_detector, f_measure, merge_change_points
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-import sinks
-from operators.base import DeadLetter
-from sinks import (
+from shiftwatch import sinks
+from shiftwatch.operators.base import DeadLetter
+from shiftwatch.sinks import (
     ConsoleAlarmSink,
     CsvSink,
     DeadLetterSink,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sinks.metrics import (
+from shiftwatch.sinks.metrics import (
     accuracy_matrix,
     average_accuracy,
     covering,

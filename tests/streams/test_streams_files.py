@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from operators.base import DeadLetter
-from streams.files import CsvSource, JsonlSource, parse_ts
+from shiftwatch.operators.base import DeadLetter
+from shiftwatch.streams.files import CsvSource, JsonlSource, parse_ts
 
 
 def write(path, text, gz=False):
@@ -179,7 +179,7 @@ def test_parse_ts():
 def test_extra_fields_are_copied(tmp_path):
     import pytest
 
-    from streams.files import CsvSource, JsonlSource
+    from shiftwatch.streams.files import CsvSource, JsonlSource
 
     j = tmp_path / "a.jsonl"
     j.write_text('{"value": 1, "train": false, "meta": {"s": 2}}\n{"value": 2}\n')

@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 
-import streams
-from operators.base import DeadLetter
-from streams import (
+from shiftwatch import streams
+from shiftwatch.operators.base import DeadLetter
+from shiftwatch.streams import (
     BetaStream,
     CsvSource,
     GaussianShift,
@@ -28,7 +28,7 @@ from streams import (
 def test_every_all_entry_imports():
     for name in streams.__all__:
         assert getattr(streams, name) is not None
-    assert streams.Source.__module__ == "streams.base"
+    assert streams.Source.__module__ == "shiftwatch.streams.base"
 
 
 def test_paced_unpaced_is_passthrough():

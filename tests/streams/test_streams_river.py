@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-from operators.base import DeadLetter
-from streams.river_data import (
+from shiftwatch.operators.base import DeadLetter
+from shiftwatch.streams.river_data import (
     RiverDatasetSource,
     RiverDriftSource,
     drift_dataset_names,

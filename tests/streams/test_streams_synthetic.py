@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streams.synthetic import (
+from shiftwatch.streams.synthetic import (
     BetaStream,
     GaussianShift,
     GrassmannStream,
@@ -130,7 +130,7 @@ def test_grassmann_points_orthonormal_and_change_is_real():
 def test_scale_seed_fixes_the_change_across_sample_seeds():
     import numpy as np
 
-    from streams.synthetic import GrassmannStream, WishartSPDStream
+    from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
 
     a = WishartSPDStream(n=6, change_point=3, dim=3, df=4, seed=1, scale_seed=9)
     b = WishartSPDStream(n=6, change_point=3, dim=3, df=4, seed=2, scale_seed=9)
