@@ -156,7 +156,8 @@ def _print_scores(report: dict) -> None:
         return  # no truth to score against: alarm counts are in the summary line
     agg = report.get("summary") or {}
     keys = [k for k in ("f1", "precision", "recall", "covering", "mean_delay", "false_alarms",
-                        "missed", "accuracy") if agg.get(k) is not None]
+                        "missed", "located_f1", "located_covering", "location_error",
+                        "accuracy") if agg.get(k) is not None]
     if keys:
         print("scores: " + ", ".join(
             f"{k} {agg[k]:.3f}" if isinstance(agg[k], float) else f"{k} {agg[k]}" for k in keys))
@@ -229,6 +230,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return rc
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from shiftwatch.deploy.calibrate import calibrate
+    from shiftwatch.streams import open_source
+
+    if not getattr(args, "stages", None):
+        raise UserError("calibrate needs --operator NAME, a detector (see `shiftwatch operators`)")
+    stages = [(s["name"], parse_params(s["params"])) for s in args.stages]
+    source = open_source(args.source, **parse_params(args.source_opt, "--source-opt"))
+    annotations = getattr(source, "annotations", None) or {}
+    if args.labels:
+        annotations = load_labels(args.labels, getattr(source, "name", None))
+    labels = sorted({int(c) for points in annotations.values() for c in points})
+    try:
+        cal = calibrate(source, stages[-1][0], stages[-1][1], budget=args.budget,
+                        per=args.budget_per, labels=labels, margin=args.margin,
+                        before=stages[:-1], exposure=args.exposure, grid=args.grid,
+                        delay_runs=args.delay_runs, seed=args.seed)
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+    print(cal.summary())
+    print(cal.table())
+    written = cal.write(args.out)
+    if cal.chosen is None:
+        raise UserError(f"no {cal.param} in the declared range keeps false alarms within the "
+                        f"budget on this history; allow a larger --budget (table above; "
+                        f"wrote {written[0]})")
+    print(f"chosen: {cal.param}={cal.chosen:.6g}")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
 # --------------------------------------------------------------------------------------
 
 
@@ -283,6 +317,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the multichannel part (Occupancy through window_covariance -> "
                         "karcher)")
     d.set_defaults(func=cmd_demo)
+
+    c = sub.add_parser("calibrate", help="choose a detector's sensitivity (delta, threshold, "
+                       "alpha) for a false-alarm budget by resampling the quiet history")
+    c.add_argument("source", help="a .csv/.jsonl file, river:NAME or synth:NAME")
+    c.add_argument("--operator", action=_OperatorAction, metavar="NAME",
+                   help="the detector to calibrate (the last --operator; earlier ones, e.g. "
+                        "standardize, run in front of it unchanged)")
+    c.add_argument("--param", action=_ParamAction, metavar="K=V",
+                   help="fixed parameter of the preceding --operator (repeatable)")
+    c.add_argument("--source-opt", action="append", metavar="K=V",
+                   help="source option, e.g. value=temp, key=sensor, ts=time")
+    c.add_argument("--labels", help="known change points to cut out: '120,480' or a JSON file")
+    c.add_argument("--budget", default="1/10000",
+                   help="false alarms allowed per unit, e.g. 1/10000 (default) or 0.5")
+    c.add_argument("--budget-per", default="record", choices=["record", "hour", "day", "week"],
+                   help="the budget's unit; hour/day/week use the records' ts (seconds)")
+    c.add_argument("--margin", type=int, default=50,
+                   help="records cut on each side of each label (default 50)")
+    c.add_argument("--exposure", type=float, default=20.0,
+                   help="replicate length per candidate, in false alarms expected at the "
+                        "budget (default 20)")
+    c.add_argument("--grid", type=int, default=9, help="grid size before bisection")
+    c.add_argument("--delay-runs", type=int, default=10,
+                   help="runs per injected shift for the delay columns (0: skip)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--out", default="calibration",
+                   help="output directory (calibration.json, calibrated.yaml)")
+    c.set_defaults(func=cmd_calibrate, stages=None)
 
     o = sub.add_parser("operators", help="list operators with their parameters")
     o.add_argument("--json", action="store_true")

@@ -61,7 +61,7 @@ def run_demo(out_dir: Path = Path("shiftwatch-demo"), datasets: list[str] | None
     """Run the comparison; returns the process exit status."""
     import sys
 
-    from shiftwatch.operators.base import registered_names
+    from shiftwatch.operators.registry import registered_names
     from shiftwatch.sinks import evaluate_detector
     from shiftwatch.streams import RiverDriftSource
 

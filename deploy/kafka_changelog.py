@@ -7,7 +7,8 @@ writes only the keys whose state changed since the previous checkpoint, then one
 commit marker. Messages (keys are UTF-8; ``T`` is the input topic, ``P`` its partition):
 
 * **key entry** ``"T/P/k/<op>/<slot>/<chunk>/<key>"``: the state of one record key in the
-  ``op``-th operator of the chain (``shiftwatch.operators.base.dumps_state`` JSON, no pickle).
+  ``op``-th operator of the chain (``shiftwatch.operators.state_codec.dumps_state`` JSON, no
+  pickle).
   Value: a JSON header line ``{"id", "chunk", "chunks", "bytes"}`` then the chunk's bytes. A state
   larger than ``chunk_bytes`` (default 512 KiB, below Kafka's default 1 MiB message limit) is
   cut into several chunks, so per-key states of any size fit; restoring holds every key's
@@ -27,18 +28,21 @@ ignores them, reports them (``junk``) and the stage deletes them (tombstones) in
 checkpoint, before any marker could cover their ``id``; a restored stage numbers its next
 checkpoint above every ``id`` it saw, so an old entry never passes for a new one.
 
-The pre-incremental format (full-state checkpoints under ``"T/P/<slot>/<chunk>"``) is still
-read when a partition has no marker yet (:func:`assemble`).
+A changelog entry that cannot be read (a bad key or header) is logged with its partition and
+key and left out; if a marker then lacks entries, restoring fails (``ValueError``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["Checkpoint", "Restored", "encode_entry", "encode_marker", "entry_key",
-           "restore", "checkpoints_in", "encode_checkpoint", "assemble", "ChangelogReader"]
+__all__ = ["Restored", "encode_entry", "encode_marker", "entry_key", "restore",
+           "checkpoints_in", "ChangelogReader"]
+
+log = logging.getLogger("shiftwatch.kafka")
 
 
 def _head(obj: dict) -> bytes:
@@ -86,8 +90,7 @@ class Restored:
     ``states[op][key]`` is the ``dumps_state`` bytes of ``key`` in operator ``op``;
     ``slots[(op, key)]`` the slot holding that committed version; ``junk`` the changelog keys
     of entries from checkpoints that never completed (delete them before the next marker);
-    ``next_id`` is above every checkpoint id seen. ``legacy`` marks a full-state checkpoint
-    of the old format (then ``states`` holds the whole state under ``legacy_state``).
+    ``next_id`` is above every checkpoint id seen.
     """
 
     id: int
@@ -97,7 +100,6 @@ class Restored:
     slots: dict[tuple[int, str], int] = field(default_factory=dict)
     junk: list[bytes] = field(default_factory=list)
     next_id: int = 0
-    legacy_state: bytes | None = None
 
 
 def restore(messages: Iterable[tuple[bytes, bytes | None]], topic: str, partition: int
@@ -150,12 +152,7 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
               ) -> Restored | None:
     raw_marker = latest.get(prefix + b"m")
     if raw_marker is None:
-        legacy = assemble(((k, v) for k, v in latest.items() if k[len(prefix):][:2] != b"k/"),
-                          topic, partition)
-        if legacy is None:
-            return None
-        return Restored(id=legacy.id, offset=legacy.offset, upstream=[],
-                        next_id=legacy.id + 1, legacy_state=legacy.state)
+        return None
     marker = json.loads(raw_marker)
     cid = int(marker["id"])
     max_id = cid
@@ -171,7 +168,10 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
                 "/", 3)
             head, body = decode_message(v)
             vid = int(head["id"])
-        except (ValueError, KeyError, TypeError):
+            int(op), int(slot), int(chunk), int(head["chunks"]), int(head["bytes"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("changelog %s/%s: skipping malformed entry %r: %s: %s", topic,
+                        partition, k[:200], type(exc).__name__, exc)
             continue
         max_id = max(max_id, vid)
         if vid > cid:
@@ -205,71 +205,6 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
                          f"keys per operator but {got} complete entries were found")
     return Restored(id=cid, offset=int(marker["offset"]), upstream=marker.get("upstream", []),
                     states=states, slots=slots, junk=junk, next_id=max_id + 1)
-
-
-# ---- the pre-incremental (full-state) format: read for old changelogs --------------------
-
-
-@dataclass
-class Checkpoint:
-    """A full-state checkpoint: ``state`` bytes reflect the input records below ``offset``."""
-
-    id: int
-    offset: int
-    state: bytes
-
-
-def encode_checkpoint(topic: str, partition: int, checkpoint_id: int, offset: int,
-                      state: bytes, chunk_bytes: int) -> list[tuple[bytes, bytes]]:
-    """The (key, value) messages of one full-state checkpoint (the old format).
-
-    >>> msgs = encode_checkpoint("in", 2, 7, 120, b"x" * 10, chunk_bytes=4)
-    >>> [k.decode() for k, _ in msgs]
-    ['in/2/1/0', 'in/2/1/1', 'in/2/1/2']
-    >>> decode_message(msgs[2][1])
-    ({'id': 7, 'offset': 120, 'chunk': 2, 'chunks': 3, 'bytes': 10}, b'xx')
-    """
-    n = max(1, -(-len(state) // chunk_bytes))
-    slot = checkpoint_id % 2
-    out = []
-    for i in range(n):
-        head = _head({"id": checkpoint_id, "offset": offset, "chunk": i, "chunks": n,
-                      "bytes": len(state)})
-        out.append((f"{topic}/{partition}/{slot}/{i}".encode(),
-                    head + b"\n" + state[i * chunk_bytes:(i + 1) * chunk_bytes]))
-    return out
-
-
-def assemble(messages: Iterable[tuple[bytes, bytes]], topic: str, partition: int
-             ) -> Checkpoint | None:
-    """The newest complete full-state checkpoint (old format) among changelog messages.
-
-    >>> msgs = encode_checkpoint("in", 0, 1, 50, b"old", 4)
-    >>> msgs += encode_checkpoint("in", 0, 2, 90, b"new-state", 4)[:1]  # cut short by a crash
-    >>> assemble(msgs, "in", 0)
-    Checkpoint(id=1, offset=50, state=b'old')
-    """
-    prefix = f"{topic}/{partition}/".encode()
-    latest: dict[bytes, bytes] = {}
-    for key, value in messages:
-        rest = key[len(prefix):] if key is not None and key.startswith(prefix) else b""
-        if rest[:2] in (b"0/", b"1/") and value is not None:
-            latest[key] = value
-    by_id: dict[int, dict[int, tuple[dict, bytes]]] = {}
-    for value in latest.values():
-        try:
-            head, body = decode_message(value)
-            by_id.setdefault(int(head["id"]), {})[int(head["chunk"])] = (head, body)
-        except (ValueError, KeyError, TypeError):
-            continue
-    for cid in sorted(by_id, reverse=True):
-        chunks = by_id[cid]
-        head = next(iter(chunks.values()))[0]
-        if len(chunks) == head["chunks"] and all(i in chunks for i in range(head["chunks"])):
-            state = b"".join(chunks[i][1] for i in range(head["chunks"]))
-            if len(state) == head["bytes"]:
-                return Checkpoint(id=cid, offset=int(head["offset"]), state=state)
-    return None
 
 
 class ChangelogReader:

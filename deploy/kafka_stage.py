@@ -1,7 +1,7 @@
 """The Kafka stage runner: one pipeline stage as a member of a Kafka consumer group.
 
 A stage consumes its input topic in micro-batches, groups each batch by partition and key,
-runs its operators (one :class:`~shiftwatch.operators.base.Keyed` chain per input partition, so
+runs its operators (one :class:`~shiftwatch.operators.keyed.Keyed` chain per input partition, so
 state moves with partitions), and produces every output to the output topic keyed like its input,
 with the input's coordinates ``{"input": {"topic", "partition", "offset", "n"}}``.
 
@@ -27,193 +27,39 @@ so the state never counts a record twice nor misses one.
   consumers read ``read_committed``. A crash aborts the open transaction and the stage
   resumes from the last committed marker.
 
+Each micro-batch goes through the same :class:`~shiftwatch.deploy.executor.StageExecutor` as a
+local replay (decode, validate, de-duplicate, the keyed operator chain, dead letters, outputs
+in input order), so a stage's outputs are byte for byte what ``shiftwatch replay`` writes,
+plus the ``input`` coordinates. This module is the consumer loop (assignment, restore, poll,
+produce, metrics, shutdown); :mod:`shiftwatch.deploy.kafka_checkpoint` writes checkpoints.
+
 Bad input (not JSON, not an object, a missing field, a value an operator rejects) goes to
-``<pipeline>.<stage>.dlq`` with the original bytes, the reason and its coordinates.
+``<pipeline>.<stage>.dlq`` in the one dead-letter schema (``reason``, ``operator``, ``key``,
+``origin`` = ``{topic, partition, offset}``, ``raw``, ``raw_base64``), keyed like its input.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import math
 import os
 import signal
 import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shiftwatch.deploy.kafka_changelog import (
-    ChangelogReader,
-    Restored,
-    encode_entry,
-    encode_marker,
-)
-from shiftwatch.deploy.kafka_dedupe import Deduper
+from shiftwatch.deploy.executor import RunSummary, StageExecutor
+from shiftwatch.deploy.kafka_changelog import ChangelogReader
+from shiftwatch.deploy.kafka_checkpoint import Checkpointer, PartitionTask
 from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
-from shiftwatch.operators.base import (
-    BadInput,
-    DeadLetter,
-    Keyed,
-    dumps_state,
-    get_field,
-    loads_state,
-)
+from shiftwatch.operators.codec import encode_record
+from shiftwatch.operators.records import DeadLetter
 
-__all__ = ["StageRunner", "StageStats", "run_pipeline", "encode_output", "decode_input"]
+__all__ = ["StageRunner", "run_pipeline"]
 
 log = logging.getLogger("shiftwatch.kafka")
-
-_SEND_TIMEOUT_S = 120.0  # a blocking checkpoint waits this long for an acknowledgement
-# At-least-once checkpoints of one partition in flight (entries sent, marker not yet
-# acknowledged); a key's versions then use up to _IN_FLIGHT + 1 changelog slots.
-_IN_FLIGHT = 3
-
-
-# --------------------------------------------------------------------------------------
-# Encoding
-# --------------------------------------------------------------------------------------
-
-
-def _finite(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
-
-
-def _default(x: Any) -> Any:
-    import numpy as np
-
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, np.generic):
-        return x.item()
-    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
-
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
-_DECODER = json.JSONDecoder()
-
-
-def encode_output(record: Mapping) -> bytes:
-    """JSON bytes of an output record; NaN and infinities become null (strict JSON).
-
-    >>> encode_output({"key": "a", "statistic": float("nan")})
-    b'{"key":"a","statistic":null}'
-    """
-    try:
-        return _ENCODER.encode(record).encode()
-    except ValueError:
-        return json.dumps(_finite(json.loads(json.dumps(record, default=_default))),
-                          separators=(",", ":"), allow_nan=False).encode()
-
-
-def decode_input(value: bytes | None, key: bytes | None, value_field: str = "value",
-                 key_field: str | None = None) -> dict:
-    """The record a message holds, or raise :class:`BadInput` saying why not.
-
-    ``value_field`` names the field copied to ``value``; ``key_field`` the field used as the
-    record key (default: the record's ``key``, else the message key).
-
-    >>> decode_input(b'{"temp": 3.5, "sensor": "s1"}', None, "temp", "sensor")
-    {'temp': 3.5, 'sensor': 's1', 'value': 3.5, 'key': 's1'}
-    >>> decode_input(b'[1, 2]', None)
-    Traceback (most recent call last):
-    ...
-    shiftwatch.operators.base.BadInput: message is a JSON list, expected an object
-    """
-    if value is None:
-        raise BadInput("message has no value (a tombstone)")
-    try:
-        record = _DECODER.decode(value.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise BadInput("message is not UTF-8 text") from None
-    except ValueError as exc:
-        raise BadInput(f"invalid JSON: {str(exc).splitlines()[0]}") from None
-    if not isinstance(record, dict):
-        kind = {list: "list", str: "string"}.get(type(record), type(record).__name__)
-        raise BadInput(f"message is a JSON {kind}, expected an object")
-    if value_field != "value":
-        record["value"] = get_field(record, value_field)
-    if key_field is not None:
-        record["key"] = get_field(record, key_field)
-    elif "key" not in record and key is not None:
-        record["key"] = key.decode("utf-8", errors="replace")
-    return record
-
-
-# --------------------------------------------------------------------------------------
-# Per-partition state
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Pending:
-    """A checkpoint whose entries are sent and whose marker is not acknowledged yet."""
-
-    id: int
-    offset: int
-    marker: tuple[bytes, bytes]
-    futures: list                       # outputs, dead letters, entries sent before it
-    flips: dict[tuple[int, str], int]   # (op, key) -> slot written, committed with the marker
-    done: int = 0                       # futures[:done] are acknowledged
-    marker_future: Any = None
-
-
-@dataclass
-class _PartitionTask:
-    partition: int
-    ops: list[Keyed]
-    deduper: Deduper
-    next_offset: int | None = None       # next input offset the state has not seen
-    checkpoint_id: int = 0               # id of the last checkpoint snapshot
-    checkpointed_offset: int | None = None
-    since_checkpoint: int = 0
-    dirty: list[set] = field(default_factory=list)   # per operator: keys changed since
-    slots: dict[tuple[int, str], int] = field(default_factory=dict)  # committed slots
-    junk: list[bytes] = field(default_factory=list)  # entries of an unfinished checkpoint
-    futures: list = field(default_factory=list)      # sends since the last snapshot
-    pendings: deque[_Pending] = field(default_factory=deque)  # oldest first
-
-
-@dataclass
-class StageStats:
-    """Counters of a running stage (also what the metrics file holds)."""
-
-    stage: str
-    records_in: int = 0
-    records_out: int = 0
-    dead_letters: int = 0
-    duplicates_dropped: int = 0
-    checkpoints: int = 0
-    last_checkpoint_unix: float | None = None
-    last_checkpoint_offsets: dict = field(default_factory=dict)
-    lag: int | None = None
-    rate: float = 0.0
-    partitions: list = field(default_factory=list)
-    started_unix: float = field(default_factory=time.time)
-
-    def line(self) -> str:
-        ago = ("never" if self.last_checkpoint_unix is None
-               else f"{time.time() - self.last_checkpoint_unix:.1f} s ago")
-        return (f"stage {self.stage}: in {self.records_in} ({self.rate:,.0f}/s), "
-                f"out {self.records_out}, dead letters {self.dead_letters}, "
-                f"lag {self.lag if self.lag is not None else '?'}, "
-                f"partitions {self.partitions}, last checkpoint {ago}")
-
-
-# --------------------------------------------------------------------------------------
-# The runner
-# --------------------------------------------------------------------------------------
 
 
 class StageRunner:
@@ -245,13 +91,13 @@ class StageRunner:
         self.group_id = config.group_id(stage)
         self.changelog = config.changelog_topic(stage)
         self.dlq = config.dlq_topic(stage)
-        self.stats = StageStats(stage=stage.name)
-        self._tasks: dict[int, _PartitionTask] = {}
-        self._consumer = None
-        self._producer = None
+        self.stats = RunSummary(stage=stage.name)
+        self._tasks: dict[int, PartitionTask] = {}
+        self._consumer: Any = None
+        self._producer: Any = None
         self._reader: ChangelogReader | None = None
-        self._in_txn = False
-        self._last_checkpoint_time = time.monotonic()
+        self.checkpointer = Checkpointer(stage.input, self.changelog, stage.checkpoint,
+                                         self.eos, self._tasks, self.stats, stage.name)
         self._input_partitions = 0
         self._rate_window = (time.monotonic(), 0)
 
@@ -328,6 +174,8 @@ class StageRunner:
         self._producer = KafkaProducer(**self.client, **extra)
         if self.eos:
             self._producer.init_transactions()
+        self.checkpointer.producer = self._producer
+        self.checkpointer.consumer = self._consumer
         self._reader = ChangelogReader(self.client, self.changelog, read_committed=self.eos)
 
     # ---- lifecycle hooks --------------------------------------------------------------
@@ -347,7 +195,7 @@ class StageRunner:
             task = self._new_task(tp.partition)
             cp = restored.get(tp.partition)
             if cp is not None:
-                self._load(task, cp)
+                self.checkpointer.load(task, cp)
                 self._consumer.seek(tp, cp.offset)
             else:
                 self._consumer.seek_to_beginning(tp)
@@ -356,28 +204,6 @@ class StageRunner:
                  sorted(tp.partition for tp in mine),
                  {p: (c.offset if c else None) for p, c in restored.items()})
         self.stats.partitions = sorted(self._tasks)
-
-    def _load(self, task: _PartitionTask, cp: Restored) -> None:
-        """Put a restored checkpoint into a fresh task (raises ``ValueError`` on bad state)."""
-        if cp.legacy_state is not None:  # an old full-state checkpoint: rewrite every key
-            state = loads_state(cp.legacy_state)
-            for op, s in zip(task.ops, state["operators"], strict=True):
-                op.load_state_dict(s)
-            task.deduper.load(state.get("upstream", []))
-            task.dirty = [set(op.keys) for op in task.ops]
-        else:
-            if len(cp.states) != len(task.ops):
-                raise ValueError(f"changelog {self.changelog}: checkpoint {cp.id} of partition "
-                                 f"{task.partition} has {len(cp.states)} operators, the stage "
-                                 f"{len(task.ops)}")
-            for op, states in zip(task.ops, cp.states, strict=True):
-                op.load_state_dict({"operator": "keyed", "keys": {
-                    k: loads_state(v) for k, v in states.items()}})
-            task.deduper.load(cp.upstream)
-            task.slots = dict(cp.slots)
-            task.junk = list(cp.junk)
-        task.next_offset = task.checkpointed_offset = cp.offset
-        task.checkpoint_id = cp.next_id - 1
 
     def on_revoke(self, partitions) -> None:
         """Called inside ``poll`` before partitions move to another member (and on close).
@@ -388,24 +214,26 @@ class StageRunner:
         mine = [tp.partition for tp in partitions
                 if tp.topic == self.stage.input and tp.partition in self._tasks]
         try:
-            self._checkpoint(mine)
+            self.checkpointer.checkpoint(mine)
         except Exception as exc:  # the next owner replays from the previous checkpoint
             log.warning("stage %s: checkpoint on revoke failed: %s", self.stage.name, exc)
-            if self.eos and self._in_txn:
-                self._abort()
+            if self.eos and self.checkpointer.in_txn:
+                self.checkpointer.abort()
         for p in mine:
             self._tasks.pop(p, None)
         self.stats.partitions = sorted(self._tasks)
 
-    def _new_task(self, partition: int) -> _PartitionTask:
-        return _PartitionTask(partition=partition,
-                              ops=[Keyed(spec.build()) for spec in self.stage.operators],
-                              deduper=Deduper(),
-                              dirty=[set() for _ in self.stage.operators])
+    def _new_task(self, partition: int) -> PartitionTask:
+        st = self.stage
+        executor = StageExecutor([spec.build() for spec in st.operators],
+                                 names=[spec.name for spec in st.operators], value=st.value,
+                                 key=st.key, ts=st.ts, dedupe=st.dedupe, summary=self.stats)
+        return PartitionTask(partition=partition, executor=executor,
+                             dirty=[set() for _ in st.operators])
 
     # ---- main loop ----------------------------------------------------------------------
 
-    def run(self) -> StageStats:
+    def run(self) -> RunSummary:
         """Consume until :attr:`stop` is set (or idle for ``idle_exit_s``), then shut down.
 
         Shutdown checkpoints every partition, commits, and leaves the group (``close``).
@@ -434,18 +262,12 @@ class StageRunner:
                 n = sum(len(m) for m in batches.values())
                 if n:
                     last_input = t0
-                    if self.eos and not self._in_txn:
-                        self._producer.begin_transaction()
-                        self._in_txn = True
+                    self.checkpointer.begin()
                     for tp, msgs in batches.items():
                         task = self._tasks.get(tp.partition)
                         if task is not None and tp.topic == self.stage.input:
                             self._process(tp, task, msgs)
-                if not self.eos:
-                    for task in self._tasks.values():
-                        if task.pendings:
-                            self._advance(task)
-                self._maybe_checkpoint()
+                self.checkpointer.after_batch()
                 now = time.monotonic()
                 if now - t0 > 0.5 * max_poll_s:
                     log.warning("stage %s: a batch took %.1f s, over half of "
@@ -463,260 +285,50 @@ class StageRunner:
             self._shutdown()
         return self.stats
 
-    def _process(self, tp, task: _PartitionTask, msgs) -> None:
-        stage = self.stage
-        by_offset = {}
+    def _process(self, tp, task: PartitionTask, msgs) -> None:
+        """One partition's messages of a poll: through the executor, then produced."""
+        ex = task.executor
+        origins: dict[int, dict] = {}
+        by_offset: dict[int, Any] = {}
         records = []
         for m in msgs:
             if task.next_offset is not None and m.offset < task.next_offset:
                 continue  # already in the state (a re-fetch after a seek)
-            by_offset[m.offset] = m
             task.next_offset = m.offset + 1
-            try:
-                record = decode_input(m.value, m.key, stage.value, stage.key)
-            except BadInput as exc:
-                self._dead_letter(m, str(exc), None, task=task)
+            task.since_checkpoint += 1
+            origin = {"topic": tp.topic, "partition": tp.partition, "offset": m.offset}
+            item = ex.admit(m.value, m.key, origin, m.offset, m.timestamp)
+            if item is None:
+                continue  # a duplicate of an upstream output
+            if isinstance(item, DeadLetter):
+                self._send_dead(task, ex.dead_letter(item), m.key)
                 continue
-            if stage.dedupe and not task.deduper.admit(record):
-                self.stats.duplicates_dropped += 1
-                continue
-            record["offset"] = m.offset
-            records.append(record)
-        self.stats.records_in += len(by_offset)
-        task.since_checkpoint += len(by_offset)
-        for i, op in enumerate(task.ops):
-            _mark_dirty(task.dirty[i], records)
-            outs = op.process_batch(records)
-            records = []
-            for o in outs:
-                if isinstance(o, DeadLetter):
-                    m = by_offset.get(o.origin.get("offset"))
-                    self._dead_letter(m, o.reason, stage.operators[i].name, o.raw,
-                                      task)
-                else:
-                    records.append(o)
-        # Keyed groups outputs by key; put them back in input order, so that each upstream
-        # partition's offsets increase along every output partition (what Deduper relies on).
-        records.sort(key=_offset_of)
+            origins[m.offset] = origin
+            by_offset[m.offset] = m
+            records.append(item)
+        if not records:
+            return
+        result = ex.process(records, origins=origins,
+                            raws={o: m.value for o, m in by_offset.items()}, dirty=task.dirty)
+        for d in result.dead_letters:
+            m = by_offset.get(d["origin"].get("offset"))
+            self._send_dead(task, d, m.key if m is not None else None)
         counts: dict[int, int] = {}
         send = self._producer.send
-        futures = task.futures
-        for o in records:
+        output = self.stage.output
+        for o in result.outputs:
             off = o.get("offset")
             n = counts.get(off, 0)
             counts[off] = n + 1
             o["input"] = {"topic": tp.topic, "partition": tp.partition, "offset": off, "n": n}
             m = by_offset.get(off)
             key = m.key if m is not None and m.key is not None else _key_bytes(o.get("key"))
-            futures.append(send(stage.output, key=key, value=encode_output(o)))
-        self.stats.records_out += len(records)
-        if len(futures) > 20_000:  # long intervals: keep only what is unacknowledged or failed
-            task.futures = [f for f in futures if not f.is_done or f.failed()]
+            self.checkpointer.track(task, send(output, key=key, value=encode_record(o)))
 
-    def _dead_letter(self, m, reason: str, operator: str | None, record: Any = None,
-                     task: _PartitionTask | None = None) -> None:
-        self.stats.dead_letters += 1
-        env: dict[str, Any] = {"error": reason, "pipeline": self.config.name,
-                               "stage": self.stage.name, "operator": operator}
-        key = None
-        if m is not None:
-            raw = m.value or b""
-            key = m.key
-            env.update(topic=m.topic, partition=m.partition, offset=m.offset,
-                       timestamp=m.timestamp,
-                       key=None if m.key is None else m.key.decode("utf-8", "replace"),
-                       raw=raw.decode("utf-8", errors="replace"),
-                       raw_base64=base64.b64encode(raw).decode("ascii"))
-        else:
-            env["raw"] = DeadLetter(record, reason).to_record()["raw"]
-        fut = self._producer.send(self.dlq, key=key, value=encode_output(env),
-                                  headers=[("error", reason.encode()[:1000])])
-        if task is not None:
-            task.futures.append(fut)
-
-    # ---- checkpoints --------------------------------------------------------------------
-
-    def _maybe_checkpoint(self) -> None:
-        cp = self.stage.checkpoint
-        timed = time.monotonic() - self._last_checkpoint_time >= cp["every_seconds"]
-        due = [p for p, t in self._tasks.items()
-               if t.since_checkpoint >= cp["every_records"] or (timed and t.since_checkpoint)]
-        if self.eos:
-            if due or (timed and self._in_txn):
-                self._checkpoint(list(self._tasks))  # one transaction covers every partition
-        else:
-            for p in due:
-                task = self._tasks[p]
-                if len(task.pendings) >= _IN_FLIGHT:
-                    self._advance(task, until=_IN_FLIGHT - 1)
-                self._snapshot(task)
-                self._advance(task)
-        if timed:
-            self._last_checkpoint_time = time.monotonic()
-
-    def _snapshot(self, task: _PartitionTask) -> bool:
-        """Send the entries of the keys changed since the last checkpoint (and tombstones of
-        an unfinished checkpoint's entries); queue the marker that commits them on
-        ``task.pendings``. Returns False if there is nothing new to checkpoint. A key's new
-        version goes to a slot that holds neither its committed version nor a version of a
-        checkpoint still in flight. May raise kafka-python errors (``send``)."""
-        if task.next_offset is None or (task.next_offset == task.checkpointed_offset
-                                        and not self.eos):
-            return False
-        assert len(task.pendings) < _IN_FLIGHT
-        topic, p = self.stage.input, task.partition
-        send = self._producer.send
-        futures = task.futures
-        for key in task.junk:  # before a marker could cover their ids
-            futures.append(send(self.changelog, key=key, value=None, partition=p))
-        task.junk = []
-        task.checkpoint_id += 1
-        cid = task.checkpoint_id
-        chunk_bytes = self.stage.checkpoint["chunk_bytes"]
-        flips: dict[tuple[int, str], int] = {}
-        in_flight = [pend.flips for pend in task.pendings]
-        slots = task.slots
-        for i, op in enumerate(task.ops):
-            for key in task.dirty[i]:
-                kop = op.existing(key)
-                if kop is None:  # only bad records: the key was never kept
-                    continue
-                name = Keyed.key_name(key)
-                ref = (i, name)
-                slot = 0
-                if in_flight:
-                    used = {slots.get(ref), *(f.get(ref) for f in in_flight)}
-                    while slot in used:
-                        slot += 1
-                elif slots.get(ref) == 0:
-                    slot = 1
-                flips[ref] = slot
-                for k, v in encode_entry(topic, p, cid, i, name, slot,
-                                         dumps_state(kop.state_dict()), chunk_bytes):
-                    futures.append(send(self.changelog, key=k, value=v, partition=p))
-            task.dirty[i] = set()
-        task.pendings.append(_Pending(
-            id=cid, offset=task.next_offset, futures=futures, flips=flips,
-            marker=encode_marker(topic, p, cid, task.next_offset, [len(op) for op in task.ops],
-                                 task.deduper.state())))
-        task.futures = []
-        task.checkpointed_offset = task.next_offset
-        task.since_checkpoint = 0
-        return True
-
-    def _advance(self, task: _PartitionTask, until: int | None = None) -> None:
-        """Move the pending checkpoints of ``task`` on, oldest first (at-least-once): send a
-        checkpoint's marker once everything sent before its snapshot is acknowledged, commit
-        its offset and flip its keys' slots once the marker is.
-
-        With ``until=None`` it only looks at what is already acknowledged (called between
-        batches, so processing never waits); otherwise it waits (flushing only if something
-        is still unacknowledged) until at most ``until`` checkpoints are pending. A failed
-        send raises its kafka-python error: the stage stops and a restart resumes from the
-        last marker."""
-        pendings = task.pendings
-        while pendings:
-            block = until is not None and len(pendings) > until
-            pend = pendings[0]
-            if pend.marker_future is None:
-                futs = pend.futures
-                i = pend.done
-                while i < len(futs):
-                    f = futs[i]
-                    if not f.is_done:
-                        if not block:
-                            pend.done = i
-                            return
-                        self._producer.flush()  # send now rather than after linger_ms
-                        f.get(timeout=_SEND_TIMEOUT_S)
-                    if f.failed():
-                        raise f.exception
-                    i += 1
-                pend.done = i
-                key, value = pend.marker
-                pend.marker_future = self._producer.send(self.changelog, key=key, value=value,
-                                                         partition=task.partition)
-            if not pend.marker_future.is_done:
-                if not block:
-                    return
-                self._producer.flush()
-                pend.marker_future.get(timeout=_SEND_TIMEOUT_S)
-            if pend.marker_future.failed():
-                raise pend.marker_future.exception
-            self._commit_offsets({task.partition: pend.offset}, sync=block)
-            task.slots.update(pend.flips)
-            pendings.popleft()
-
-    def _commit_offsets(self, offsets: dict[int, int], sync: bool = True) -> None:
-        """Commit consumed offsets (what lag monitoring sees; restoring uses the markers, so
-        a lost asynchronous commit only delays the group's view of progress)."""
-        from kafka import OffsetAndMetadata, TopicPartition
-
-        commit = {TopicPartition(self.stage.input, p): OffsetAndMetadata(o, "", -1)
-                  for p, o in offsets.items()}
-        if sync:
-            self._consumer.commit(commit)
-        else:
-            self._consumer.commit_async(commit, callback=self._commit_done)
-        self._checkpointed(offsets)
-
-    def _commit_done(self, offsets, result) -> None:
-        if isinstance(result, Exception):
-            log.warning("stage %s: offset commit failed (the next one repeats it): %s",
-                        self.stage.name, result)
-
-    def _checkpointed(self, offsets: dict[int, int]) -> None:
-        self.stats.checkpoints += 1
-        self.stats.last_checkpoint_unix = time.time()
-        self.stats.last_checkpoint_offsets.update({str(p): o for p, o in offsets.items()})
-
-    def _checkpoint(self, partitions: list[int]) -> None:
-        """Checkpoint ``partitions`` now and wait until it is committed (revoke, shutdown,
-        and every exactly-once checkpoint: entries, markers and offsets in one transaction).
-
-        May raise kafka-python errors; the previous checkpoint then still holds."""
-        from kafka import OffsetAndMetadata, TopicPartition
-
-        tasks = [self._tasks[p] for p in partitions if p in self._tasks]
-        if not self.eos:
-            for task in tasks:
-                if len(task.pendings) >= _IN_FLIGHT:
-                    self._advance(task, until=_IN_FLIGHT - 1)
-                self._snapshot(task)
-                self._advance(task, until=0)
-            done = {t.partition: t.checkpointed_offset for t in tasks
-                    if t.checkpointed_offset is not None}
-            if done:  # synchronously, after any asynchronous commit of older offsets
-                self._consumer.commit({TopicPartition(self.stage.input, p):
-                                       OffsetAndMetadata(o, "", -1) for p, o in done.items()})
-            return
-        if not self._in_txn:
-            self._producer.begin_transaction()
-            self._in_txn = True
-        done = []
-        for task in tasks:
-            if self._snapshot(task):
-                key, value = task.pendings[-1].marker
-                self._producer.send(self.changelog, key=key, value=value,
-                                    partition=task.partition)
-                done.append(task)
-        offsets = {TopicPartition(self.stage.input, t.partition):
-                   OffsetAndMetadata(t.pendings[-1].offset, "", -1) for t in done}
-        if offsets:
-            self._producer.send_offsets_to_transaction(offsets, self._consumer.group_metadata())
-        self._producer.commit_transaction()
-        self._in_txn = False
-        for task in done:
-            task.slots.update(task.pendings.pop().flips)
-            task.futures = []
-        if done:
-            self._checkpointed({t.partition: t.checkpointed_offset for t in done})
-
-    def _abort(self) -> None:
-        try:
-            self._producer.abort_transaction()
-        finally:
-            self._in_txn = False
+    def _send_dead(self, task: PartitionTask, record: dict, key: bytes | None) -> None:
+        fut = self._producer.send(self.dlq, key=key, value=encode_record(record),
+                                  headers=[("reason", record["reason"].encode()[:1000])])
+        self.checkpointer.track(task, fut)
 
     # ---- metrics and shutdown -----------------------------------------------------------
 
@@ -726,8 +338,9 @@ class StageRunner:
         now = time.monotonic()
         then, n = self._rate_window
         if now > then:
-            self.stats.rate = (self.stats.records_in - n) / (now - then)
+            self.stats.recent_rate = (self.stats.records_in - n) / (now - then)
         self._rate_window = (now, self.stats.records_in)
+        self.stats.seconds = time.time() - self.stats.started_unix
         lag = 0
         known = False
         for p, task in self._tasks.items():
@@ -742,18 +355,18 @@ class StageRunner:
             path = Path(path.replace("{stage}", self.stage.name))
             tmp = path.with_suffix(path.suffix + ".tmp")
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(asdict(self.stats), default=str))
+            tmp.write_text(json.dumps(self.stats.to_dict(), default=str))
             os.replace(tmp, path)
 
     def _shutdown(self) -> None:
         try:
             if self._consumer is not None and self._producer is not None:
                 try:
-                    self._checkpoint(list(self._tasks))
+                    self.checkpointer.checkpoint(list(self._tasks))
                 except Exception as exc:
                     log.warning("stage %s: final checkpoint failed: %s", self.stage.name, exc)
-                    if self.eos and self._in_txn:
-                        self._abort()
+                    if self.eos and self.checkpointer.in_txn:
+                        self.checkpointer.abort()
                 self._metrics()
                 self._tasks.clear()  # on_revoke during close() has nothing left to do
         finally:
@@ -763,23 +376,6 @@ class StageRunner:
                         client.close()
                     except Exception as exc:  # closing must not hide the reason we stop
                         log.warning("stage %s: close: %s", self.stage.name, exc)
-
-
-def _mark_dirty(dirty: set, records: list) -> None:
-    """Add the keys of ``records`` (as :class:`~shiftwatch.operators.base.Keyed` hashes them) to
-    ``dirty``; unhashable keys (dead letters) are skipped."""
-    try:
-        dirty.update([r.get("key") for r in records])
-    except TypeError:  # a list key (a tuple in Keyed) or an unhashable one
-        for r in records:
-            try:
-                dirty.add(Keyed.normalize_key(r.get("key")))
-            except TypeError:
-                pass
-
-
-def _offset_of(record: Mapping) -> int:
-    return record.get("offset", -1)
 
 
 def _key_bytes(key: Any) -> bytes | None:

@@ -9,45 +9,18 @@ can Python code::
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
-from shiftwatch.operators.base import DeadLetter, Keyed, Operator
+from shiftwatch.deploy.executor import RunSummary, StageExecutor
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.keyed import Keyed
+from shiftwatch.operators.records import DeadLetter
 
 __all__ = ["Pipeline", "RunSummary"]
-
-
-@dataclass
-class RunSummary:
-    """What a run did. ``interrupted`` is True when it was stopped by Ctrl-C."""
-
-    records_in: int = 0
-    outputs: int = 0
-    dead_letters: int = 0
-    alarms: int = 0
-    seconds: float = 0.0
-    interrupted: bool = False
-    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
-    sinks: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def rate(self) -> float:
-        """Input records per second of wall time."""
-        return self.records_in / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["rate"] = self.rate
-        return d
-
-    def line(self) -> str:
-        """One human-readable summary line."""
-        s = (f"{self.records_in} records in {self.seconds:.2f} s ({self.rate:,.0f}/s), "
-             f"{self.outputs} outputs, {self.alarms} alarms, {self.dead_letters} dead letters")
-        return s + (" (interrupted: partial results written)" if self.interrupted else "")
 
 
 class Pipeline:
@@ -56,18 +29,19 @@ class Pipeline:
     Parameters
     ----------
     source
-        An iterable of records and :class:`~shiftwatch.operators.base.DeadLetter` items (a
+        An iterable of records and :class:`~shiftwatch.operators.records.DeadLetter` items (a
         :class:`streams.Source`). Its ``length`` (if any) gives the progress bar an ETA.
     operators
         Applied in order; each one's outputs are the next one's inputs. Unless ``keyed`` is
-        False, each operator is wrapped in :class:`~shiftwatch.operators.base.Keyed`, so every
+        False, each operator is wrapped in :class:`~shiftwatch.operators.keyed.Keyed`, so every
         record key gets its own state.
     sinks
         Receive the last operator's outputs in micro-batches (and the input records, if a
         sink sets ``wants_inputs``).
     dead_letters
-        Receives every :class:`DeadLetter`: from the source (malformed input) and from any
-        operator (records it rejected). If None they are only counted.
+        Receives every dead letter, from the source (malformed input) and from any operator
+        (records it rejected), as a record of the one dead-letter schema
+        (:meth:`DeadLetter.to_record`). If None they are only counted.
     batch_size
         Records per micro-batch handed to ``process_batch``.
     speed
@@ -79,13 +53,16 @@ class Pipeline:
     Notes
     -----
     The runner numbers the source's items with ``offset`` (0-based, dead letters included,
-    so an offset is stable whatever fails). On Ctrl-C the current batch is finished, every
-    sink is flushed and closed (the evaluating sink writes its report of what was done), and
-    the summary says ``interrupted``.
+    so an offset is stable whatever fails) and hands each micro-batch to a
+    :class:`~shiftwatch.deploy.executor.StageExecutor`, the same one a Kafka stage uses, so
+    outputs come in input order and dead letters have one schema. On Ctrl-C the batch at
+    hand is finished exactly once (a SIGINT during processing waits for the batch to be
+    written), every sink is flushed and closed (the evaluating sink writes its report of
+    what was done), and the summary says ``interrupted``.
 
     Examples
     --------
-    >>> from shiftwatch.operators.base import Operator
+    >>> from shiftwatch.operators.contract import Operator
     >>> class Above(Operator):
     ...     def __init__(self, level=1.0):
     ...         self.level = level
@@ -127,10 +104,12 @@ class Pipeline:
 
     def run(self) -> RunSummary:
         """Run to the end of the source (or Ctrl-C) and return the summary."""
-        summary = RunSummary()
+        ex = StageExecutor(self.operators, keyed=False)  # wrapped (or not) already
+        summary = ex.summary
         opened: list = []
         bar = None
         start = time.perf_counter()
+        guard = _InterruptGuard()
         try:
             for sink in self._all_sinks():
                 sink.open()
@@ -138,28 +117,32 @@ class Pipeline:
             bar = self._progress_bar()
             batch: list[dict] = []
             last_flush = time.perf_counter()
-            try:
-                for item in self._items():
-                    if isinstance(item, DeadLetter):
-                        self._dead_letter(item, summary)
-                        summary.records_in += 1
-                        continue
-                    batch.append(item)
-                    summary.records_in += 1
-                    now = time.perf_counter()
-                    if len(batch) >= self.batch_size or (self.speed and now - last_flush > 0.2):
-                        self._process(batch, summary)
-                        if bar is not None:
-                            bar.update(len(batch))
-                        batch = []
-                        last_flush = now
-            except KeyboardInterrupt:
-                summary.interrupted = True
-            # The batch read so far is processed, also after Ctrl-C: it was consumed.
-            if batch:
-                self._process(batch, summary)
-                if bar is not None:
-                    bar.update(len(batch))
+            with guard:
+                try:
+                    for item in self._items():
+                        ex.count_inputs(1)
+                        if isinstance(item, DeadLetter):
+                            self._write_dead([ex.dead_letter(item)])
+                            continue
+                        batch.append(item)
+                        now = time.perf_counter()
+                        if len(batch) >= self.batch_size or (self.speed
+                                                              and now - last_flush > 0.2):
+                            # Cleared first: a batch that reached the operators is never
+                            # processed again, whatever interrupts it.
+                            todo, batch = batch, []
+                            self._process(ex, todo, guard, bar)
+                            last_flush = now
+                except KeyboardInterrupt:
+                    summary.interrupted = True
+                # The batch read so far is processed, also after Ctrl-C while reading: it
+                # was consumed and none of it reached the operators yet.
+                if batch:
+                    todo, batch = batch, []
+                    try:
+                        self._process(ex, todo, guard, bar)
+                    except KeyboardInterrupt:
+                        summary.interrupted = True
         finally:
             if bar is not None:
                 bar.close()
@@ -198,31 +181,26 @@ class Pipeline:
             offset += 1
             yield item
 
-    def _process(self, batch: list[dict], summary: RunSummary) -> None:
-        inputs = batch
-        records: list = batch
-        for stage, op in enumerate(self.operators):
-            outs = op.process_batch(records)
-            records = []
-            for o in outs:
-                if isinstance(o, DeadLetter):
-                    o.origin.setdefault("stage", stage)
-                    self._dead_letter(o, summary)
-                else:
-                    records.append(o)
-        summary.outputs += len(records)
-        summary.alarms += sum(1 for r in records if r.get("alarm"))
-        for sink in self.sinks:
-            if getattr(sink, "wants_inputs", False):
-                sink.write_inputs(inputs)
-            sink.write(records)
+    def _process(self, ex: StageExecutor, batch: list[dict], guard: _InterruptGuard,
+                 bar) -> None:
+        """Run one batch through the executor and write its results.
 
-    def _dead_letter(self, item: DeadLetter, summary: RunSummary) -> None:
-        summary.dead_letters += 1
-        reason = item.reason.split(":")[0][:60]
-        summary.dead_letter_reasons[reason] = summary.dead_letter_reasons.get(reason, 0) + 1
-        if self.dead_letters is not None:
-            self.dead_letters.write([item])
+        A Ctrl-C (SIGINT) arriving meanwhile is held until the batch is written, so the
+        operators' state and the outputs always cover whole batches; it then raises
+        ``KeyboardInterrupt`` here."""
+        with guard.deferred():
+            result = ex.process(batch)
+            self._write_dead(result.dead_letters)
+            for sink in self.sinks:
+                if getattr(sink, "wants_inputs", False):
+                    sink.write_inputs(result.inputs)
+                sink.write(result.outputs)
+            if bar is not None:
+                bar.update(len(batch))
+
+    def _write_dead(self, records: list[dict]) -> None:
+        if self.dead_letters is not None and records:
+            self.dead_letters.write(records)
 
     def _progress_bar(self):
         if not self.progress or not sys.stderr.isatty():
@@ -232,3 +210,52 @@ class Pipeline:
         total = getattr(self.source, "length", None)
         return tqdm(total=total, unit="rec",
                     desc=getattr(self.source, "name", "replay"), file=sys.stderr)
+
+
+class _InterruptGuard:
+    """Holds SIGINT while a batch is processed and written, then raises it.
+
+    Active only in the main thread with Python's default SIGINT handler (elsewhere a
+    ``KeyboardInterrupt`` goes where it lands, and the runner still never processes a batch
+    twice)."""
+
+    def __init__(self) -> None:
+        self._held = False
+        self._pending = False
+        self._previous = None
+
+    def __enter__(self) -> _InterruptGuard:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _handler(self, signum, frame) -> None:
+        if self._held:
+            self._pending = True
+        else:
+            raise KeyboardInterrupt
+
+    def deferred(self) -> _Deferred:
+        return _Deferred(self)
+
+
+class _Deferred:
+    def __init__(self, guard: _InterruptGuard):
+        self.guard = guard
+
+    def __enter__(self) -> None:
+        self.guard._held = True
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        g = self.guard
+        g._held = False
+        if g._pending:
+            g._pending = False
+            if exc_type is None:
+                raise KeyboardInterrupt

@@ -1,7 +1,7 @@
 """Pipeline files: the YAML that ``shiftwatch run`` reads, loaded and validated in one place.
 
 A pipeline file names the Kafka cluster and a list of stages. Each stage consumes one topic,
-runs one or more operators (each wrapped in :class:`~shiftwatch.operators.base.Keyed`) and produces
+runs one or more operators (each wrapped in :class:`~shiftwatch.operators.keyed.Keyed`) and produces
 to one topic; stages chain through topics::
 
     pipeline: sensors                  # group ids and internal topics derive from it
@@ -17,6 +17,8 @@ to one topic; stages chain through topics::
         params: {burn_in: 30}
         value: temp                    # field holding the value (default: value)
         key: sensor                    # field holding the key (default: the message key)
+        ts: time                       # field holding the event time in seconds (default:
+                                       # the record's ts, else the message timestamp)
       - name: detect
         input: sensors.scaled
         output: sensors.alarms
@@ -69,7 +71,7 @@ CLIENT_SETTINGS = (
 _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", "consumer",
              "metrics", "stages")
 _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
-               "guarantee", "checkpoint", "batch", "consumer", "dedupe")
+               "ts", "guarantee", "checkpoint", "batch", "consumer", "dedupe")
 _SECTION_KEYS = {
     "checkpoint": ("every_records", "every_seconds", "chunk_bytes"),
     "batch": ("max_records", "timeout_ms"),
@@ -117,6 +119,7 @@ class StageConfig:
     operators: list[OperatorSpec]
     value: str = "value"
     key: str | None = None
+    ts: str | None = None
     guarantee: str = "at-least-once"
     dedupe: bool = True
     checkpoint: dict = field(default_factory=lambda: dict(_DEFAULTS["checkpoint"]))
@@ -211,8 +214,8 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     Traceback (most recent call last):
     ...
     shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
-allowed: name, input, output, operator, params, operators, value, key, guarantee, checkpoint, \
-batch, consumer, dedupe
+allowed: name, input, output, operator, params, operators, value, key, ts, guarantee, \
+checkpoint, batch, consumer, dedupe
     """
     def err(msg: str) -> PipelineError:
         return PipelineError(f"{source}: {msg}")
@@ -336,6 +339,9 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
     key = raw.get("key")
     if key is not None and (not isinstance(key, str) or not key):
         raise err(f"{where}: 'key' must be a field name, got {key!r}")
+    ts = raw.get("ts")
+    if ts is not None and (not isinstance(ts, str) or not ts):
+        raise err(f"{where}: 'ts' must be a field name (event time in seconds), got {ts!r}")
     dedupe = raw.get("dedupe", True)
     if not isinstance(dedupe, bool):
         raise err(f"{where}: 'dedupe' must be true or false, got {dedupe!r}")
@@ -345,6 +351,7 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
     if c["session_timeout_ms"] <= c["heartbeat_interval_ms"]:
         raise err(f"{where}: consumer.heartbeat_interval_ms must be below session_timeout_ms")
     return StageConfig(name=name, input=inp, output=out, operators=specs, value=value, key=key,
+                       ts=ts,
                        guarantee=_guarantee(raw.get("guarantee", guarantee), where, err),
                        dedupe=dedupe, **sections)
 

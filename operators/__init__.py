@@ -1,9 +1,16 @@
 """Stateful stream operators: the operator contract, the registry and the built-in operators.
 
-Importing this package registers every built-in operator, so ``create(name, **params)`` and
-``list_operators()`` see them all.
+The ground floor is split by concern: :mod:`~shiftwatch.operators.records` (records, dead
+letters, field helpers), :mod:`~shiftwatch.operators.state_codec` (the JSON state codec),
+:mod:`~shiftwatch.operators.contract` (:class:`Operator`),
+:mod:`~shiftwatch.operators.registry` (operators by name), :mod:`~shiftwatch.operators.keyed`
+and :mod:`~shiftwatch.operators.with_input`.
 
->>> from operators import create, registered_names
+Every public name below is imported on first use (PEP 562), and the registry imports an
+operator's module only when that operator is created, so ``import shiftwatch.operators`` loads
+neither Numba nor PyTorch.
+
+>>> from shiftwatch.operators import create, registered_names
 >>> "river:PageHinkley" in registered_names()
 True
 >>> create("river:PageHinkley", threshold=5.0)
@@ -12,81 +19,64 @@ RiverDetector(detector='PageHinkley', field='value', threshold=5.0)
 
 from __future__ import annotations
 
-from shiftwatch.operators.base import (
-    PASSTHROUGH_FIELDS,
-    BadInput,
-    DeadLetter,
-    Keyed,
-    Operator,
-    OperatorInfo,
-    as_array,
-    as_scalar,
-    create,
-    decode_state,
-    dumps_state,
-    encode_state,
-    get_field,
-    list_operators,
-    loads_state,
-    register,
-    register_prefix,
-    register_state_extension,
-    registered_names,
-    resolve,
-)
-from shiftwatch.operators.cila import CILA
-from shiftwatch.operators.confseq import ConfSeqDetector, ConfSeqOperator
-from shiftwatch.operators.hare_tortoise import HareTortoise
-from shiftwatch.operators.manifold_transforms import (
-    NormalizeSphere,
-    WindowCovariance,
-    WindowSubspace,
-)
-from shiftwatch.operators.manifolds import SPD, Grassmann, Manifold, Sphere
-from shiftwatch.operators.object_state import StateRefused, decode_object, encode_object
-from shiftwatch.operators.riemannian import KarcherDetector, KarcherOperator, calibrate_threshold
-from shiftwatch.operators.river_adapter import RiverDetector, river_detector_names
-from shiftwatch.operators.transforms import Standardize
+import importlib
 
-__all__ = [
-    "BadInput",
-    "DeadLetter",
-    "Operator",
-    "OperatorInfo",
-    "Keyed",
-    "PASSTHROUGH_FIELDS",
-    "register",
-    "register_prefix",
-    "create",
-    "resolve",
-    "list_operators",
-    "registered_names",
-    "get_field",
-    "as_scalar",
-    "as_array",
-    "encode_state",
-    "decode_state",
-    "dumps_state",
-    "loads_state",
-    "register_state_extension",
-    "StateRefused",
-    "encode_object",
-    "decode_object",
-    "RiverDetector",
-    "river_detector_names",
-    "Standardize",
-    "HareTortoise",
-    "ConfSeqDetector",
-    "ConfSeqOperator",
-    "Manifold",
-    "SPD",
-    "Grassmann",
-    "Sphere",
-    "KarcherDetector",
-    "KarcherOperator",
-    "calibrate_threshold",
-    "WindowCovariance",
-    "WindowSubspace",
-    "NormalizeSphere",
-    "CILA",
-]
+#: public name -> module that defines it (imported on first attribute access)
+_LAZY = {
+    "BadInput": "records",
+    "DeadLetter": "records",
+    "PASSTHROUGH_FIELDS": "records",
+    "get_field": "records",
+    "as_scalar": "records",
+    "as_array": "records",
+    "encode_state": "state_codec",
+    "decode_state": "state_codec",
+    "dumps_state": "state_codec",
+    "loads_state": "state_codec",
+    "register_state_extension": "state_codec",
+    "Operator": "contract",
+    "OperatorInfo": "registry",
+    "register": "registry",
+    "register_prefix": "registry",
+    "create": "registry",
+    "resolve": "registry",
+    "list_operators": "registry",
+    "registered_names": "registry",
+    "Keyed": "keyed",
+    "WithInput": "with_input",
+    "StateRefused": "object_state",
+    "encode_object": "object_state",
+    "decode_object": "object_state",
+    "RiverDetector": "river_adapter",
+    "river_detector_names": "river_adapter",
+    "Standardize": "transforms",
+    "HareTortoise": "hare_tortoise",
+    "ConfSeqDetector": "confseq",
+    "ConfSeqOperator": "confseq",
+    "Manifold": "manifolds",
+    "SPD": "manifolds",
+    "Grassmann": "manifolds",
+    "Sphere": "manifolds",
+    "KarcherDetector": "riemannian",
+    "KarcherOperator": "riemannian",
+    "calibrate_threshold": "riemannian",
+    "WindowCovariance": "manifold_transforms",
+    "WindowSubspace": "manifold_transforms",
+    "NormalizeSphere": "manifold_transforms",
+    "CILA": "cila",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shiftwatch.operators' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"shiftwatch.operators.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -2,10 +2,10 @@
 ``parametrize_with_checks``).
 
 Each check takes an operator name and parameters, constructs the operator with
-:func:`~shiftwatch.operators.base.create`, feeds it the operator class's ``_test_stream(params)``
+:func:`~shiftwatch.operators.registry.create`, feeds it the operator class's ``_test_stream(params)``
 and ``_bad_records(params)`` and raises ``AssertionError`` describing the first difference.
 ``tests/operators/test_checks.py`` runs every check over every name in
-:func:`~shiftwatch.operators.base.registered_names` and every ``_unit_test_params()`` set, so a new
+:func:`~shiftwatch.operators.registry.registered_names` and every ``_unit_test_params()`` set, so a new
 operator is checked as soon as it is registered. An operator that cannot meet a check says so,
 with the reason, in :data:`OPT_OUTS`.
 
@@ -27,15 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from shiftwatch.operators.base import (
-    BadInput,
-    DeadLetter,
-    Keyed,
-    Operator,
-    create,
-    dumps_state,
-    loads_state,
-)
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.keyed import Keyed
+from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.operators.registry import create
+from shiftwatch.operators.state_codec import dumps_state, loads_state
 
 __all__ = [
     "OPT_OUTS",

@@ -14,45 +14,56 @@ The baselines of the paper are options of the same operator (``method=``): ``co2
 (``lambda`` fixed at 1), ``er`` (experience replay, cross-entropy through the encoder) and
 ``finetune`` (cross-entropy, no buffer).
 
-PyTorch is an optional dependency (the ``learners`` extra): the operator is registered either
-way and constructing it without torch raises a clear ``ImportError``.
+PyTorch is an optional dependency (the ``learners`` extra), imported when an operator is
+constructed, not when this module is imported: the operator is registered (and listed) without
+torch, and constructing it without torch raises a clear ``ImportError``.
+
+The parts of the learner live in their own modules: the task-boundary rule
+(:mod:`~shiftwatch.operators.task_boundaries`), the replay memory
+(:mod:`~shiftwatch.operators.replay`), the linear probe
+(:mod:`~shiftwatch.operators.linear_probe`) and the torch helpers both learners share
+(:mod:`~shiftwatch.operators.torch_nets`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import numbers
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shiftwatch.operators.base import (
-    BadInput,
-    Operator,
-    as_array,
-    create,
-    decode_state,
-    encode_state,
-    get_field,
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.linear_probe import LinearProbe
+from shiftwatch.operators.records import BadInput, as_array, get_field
+from shiftwatch.operators.registry import create
+from shiftwatch.operators.registry import register as _register
+from shiftwatch.operators.replay import ClassBalancedBuffer, Reservoir
+from shiftwatch.operators.state_codec import decode_state, encode_state
+from shiftwatch.operators.task_boundaries import BOUNDARIES, TaskBoundaries
+from shiftwatch.operators.torch_nets import (
+    TorchThreads,
+    check_int,
+    is_int,
+    load_torch,
+    mlp,
+    seeded_init,
 )
-from shiftwatch.operators.base import register as _register
 
-try:
+if TYPE_CHECKING:
     import torch
-
-    import shiftwatch.operators.torch_state  # noqa: F401  (registers the tensor codec)
-    from shiftwatch.operators.cila_losses import asymmetric_supcon, relation_distillation
-except ImportError:  # pragma: no cover - exercised only without the learners extra
-    torch = None  # type: ignore[assignment]
 
 __all__ = ["CILA", "AUGMENTATIONS", "adaptive_lambda"]
 
 METHODS = ("cila", "co2l", "er", "finetune")
 LAMBDA_FORMS = ("max", "pure", "min")
-BOUNDARIES = ("auto", "task", "label", "alarm")
+
+
+def _torch() -> Any:
+    return load_torch("cila")
 
 
 # --------------------------------------------------------------------------------------
@@ -62,21 +73,25 @@ BOUNDARIES = ("auto", "task", "label", "alarm")
 
 def augment_noise(x: torch.Tensor, g: torch.Generator, s: float) -> torch.Tensor:
     """Add Gaussian noise of standard deviation ``s`` to every feature."""
+    torch = _torch()
     return x + s * torch.randn(x.shape, generator=g)
 
 
 def augment_shift(x: torch.Tensor, g: torch.Generator, s: float) -> torch.Tensor:
     """Add one Gaussian offset (standard deviation ``s``) to all features of a sample."""
+    torch = _torch()
     return x + s * torch.randn((x.shape[0], 1), generator=g)
 
 
 def augment_scale(x: torch.Tensor, g: torch.Generator, s: float) -> torch.Tensor:
     """Multiply each sample by a factor drawn uniformly from ``[1 - 2s, 1 + 2s]``."""
+    torch = _torch()
     return x * (1.0 + 2.0 * s * (2.0 * torch.rand((x.shape[0], 1), generator=g) - 1.0))
 
 
 def augment_mask(x: torch.Tensor, g: torch.Generator, s: float) -> torch.Tensor:
     """Set each feature to zero with probability ``s``."""
+    torch = _torch()
     return x * (torch.rand(x.shape, generator=g) >= s)
 
 
@@ -116,22 +131,10 @@ def adaptive_lambda(task_losses: Sequence[Sequence[float]], kappa: float,
     return r
 
 
-class _MLP(torch.nn.Module if torch is not None else object):  # type: ignore[misc]
-    def __init__(self, sizes: Sequence[int], last_relu: bool) -> None:
-        super().__init__()
-        layers: list = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-            layers.append(torch.nn.Linear(a, b))
-            if i < len(sizes) - 2 or last_relu:
-                layers.append(torch.nn.ReLU())
-        self.net = torch.nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+def _named_net(net: Any) -> Any:
+    """``net`` inside a one-module ``Sequential`` named ``net``: the parameter names
+    (``net.0.weight``, ...) of CILA's checkpoints."""
+    return _torch().nn.Sequential(OrderedDict(net=net))
 
 
 @_register("cila")
@@ -215,7 +218,9 @@ class CILA(Operator):
         torch intra-op threads while the operator computes (set around each call and
         restored after); ``None`` keeps torch's setting. One thread is fastest for these
         small networks: scale out with keys and partitions instead. Subnormal floats are
-        flushed to zero during the operator's calls too (see ``_torch_threads``).
+        flushed to zero during the operator's calls too (see
+        :class:`~shiftwatch.operators.torch_nets.TorchThreads`; both settings are
+        process-wide).
     seed
         Seeds the operator's own ``torch.Generator`` (initialisation, augmentations, replay
         sampling); global RNGs are left alone.
@@ -308,9 +313,7 @@ class CILA(Operator):
         self.n_features = n_features
         self.threads = threads
         self.seed = seed
-        if torch is None:
-            raise ImportError("the cila operator needs PyTorch: "
-                              "pip install -c constraints.txt -e '.[learners]'")
+        _torch()  # PyTorch is imported here, not with the module
         self._validate_params()
         self._reset()
 
@@ -318,9 +321,7 @@ class CILA(Operator):
 
     def _validate_params(self) -> None:
         def positive_int(name: str, minimum: int = 1) -> None:
-            v = getattr(self, name)
-            if not _is_int(v) or v < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+            check_int(self, name, minimum)
 
         def positive_float(name: str) -> None:
             v = getattr(self, name)
@@ -349,11 +350,11 @@ class CILA(Operator):
             positive_int("n_features")
         if self.threads is not None:
             positive_int("threads")
-        if not _is_int(self.seed):
+        if not is_int(self.seed):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if (isinstance(self.hidden_sizes, (str, bytes)) or not isinstance(
                 self.hidden_sizes, Sequence) or not all(
-                _is_int(h) and h >= 1 for h in self.hidden_sizes)):
+                is_int(h) and h >= 1 for h in self.hidden_sizes)):
             raise ValueError("hidden_sizes must be a list of integers >= 1, "
                              f"got {self.hidden_sizes!r}")
         if self.encoder is not None and not callable(self.encoder):
@@ -389,6 +390,7 @@ class CILA(Operator):
     # ---- state ------------------------------------------------------------------------
 
     def _reset(self) -> None:
+        torch = _torch()
         self._rng = torch.Generator().manual_seed(self.seed)
         self._n_features: int | None = None
         self._encoder: Any = None
@@ -397,61 +399,51 @@ class CILA(Operator):
         self._frozen_projector: Any = None
         self._optimizer: Any = None
         self._classes: list = []
-        self._probe_w = torch.zeros((0, 0))
-        self._probe_b = torch.zeros(0)
-        self._buffer_x = np.zeros((0, 0), dtype=np.float32)
-        self._buffer_y = np.zeros(0, dtype=np.int64)
-        self._pool_x = np.zeros((0, 0), dtype=np.float32)
-        self._pool_y = np.zeros(0, dtype=np.int64)
-        self._pool_seen = 0
+        self._probe = LinearProbe(self.probe_lr)
+        self._buffer = ClassBalancedBuffer(self.buffer_size, 0)
+        # The current task's samples, merged into the buffer when it closes.
+        self._pool = Reservoir(self.buffer_size, 0, np.float32)
         self._pending_x: list[list[float]] = []
         self._pending_y: list[int] = []
-        self._task_index = 0  # 1-based index of the current (or last closed) task
-        self._task_open = False
-        self._task_id: Any = None
-        self._task_records = 0
+        self._tasks = TaskBoundaries(self.boundary, self.min_task_length, self.detector,
+                                     self.detector_params)
         self._loss_sums = [0.0, 0.0, 0]  # Lcon, Ldis, steps of the current task
         self._task_losses: list[list[float]] = []
         self._lambdas: list[float] = []
         self._lambda = 0.0
-        self._detector = (None if self.detector is None
-                          else create(self.detector, **dict(self.detector_params or {})))
         if self.n_features is not None:
             self._build(self.n_features)
 
     def _build(self, n_features: int) -> None:
         """Create encoder, head, optimiser and probe for vectors of length ``n_features``."""
+        torch = _torch()
         self._n_features = n_features
-        init_seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
-        # Module constructors draw from torch's global RNG: seed it inside fork_rng, which
-        # restores the caller's RNG state afterwards.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(init_seed)
+        with seeded_init(self._rng):
             if self.encoder is not None:
                 enc = self.encoder(n_features)
                 with torch.no_grad():
                     emb = int(enc(torch.zeros((2, n_features))).shape[1])
             else:
                 emb = self.embedding_dim
-                enc = _MLP([n_features, *self.hidden_sizes, emb], last_relu=True)
-            proj = _MLP([emb, emb, self.projection_dim], last_relu=False)
+                enc = _named_net(mlp([n_features, *self.hidden_sizes, emb], last_relu=True))
+            proj = _named_net(mlp([emb, emb, self.projection_dim]))
         self._encoder, self._projector = enc, proj
         params = list(enc.parameters())
         if self._contrastive:
             params += list(proj.parameters())
         # foreach: one kernel per step for all parameters instead of one per tensor.
         self._optimizer = torch.optim.Adam(params, lr=self.lr, foreach=True)
-        self._probe_w = torch.zeros((len(self._classes), emb))
-        self._probe_b = torch.zeros(len(self._classes))
-        self._buffer_x = np.zeros((0, n_features), dtype=np.float32)
-        self._pool_x = np.zeros((0, n_features), dtype=np.float32)
+        self._probe = LinearProbe(self.probe_lr, emb, len(self._classes))
+        self._buffer = ClassBalancedBuffer(self.buffer_size, n_features)
+        self._pool = Reservoir(self.buffer_size, n_features, np.float32)
 
     def state_dict(self) -> dict:
         """Everything learned: models, frozen copy, optimiser, buffer, task pool, pending
-        batch, loss sums, lambda history, probe and the generator state (tensors, arrays and
-        plain values; no pickle)."""
+        batch, loss sums, lambda history, probe, task boundaries (with the inner detector)
+        and the generator state (tensors, arrays and plain values; no pickle)."""
         built = self._encoder is not None
         frozen = self._frozen_encoder is not None
+        tasks = self._tasks
         state = {
             "n_features": self._n_features,
             "encoder": dict(self._encoder.state_dict()) if built else None,
@@ -460,25 +452,25 @@ class CILA(Operator):
             "frozen_projector": dict(self._frozen_projector.state_dict()) if frozen else None,
             "optimizer": self._optimizer.state_dict() if built else None,
             "classes": list(self._classes),
-            "probe_w": self._probe_w,
-            "probe_b": self._probe_b,
-            "buffer_x": self._buffer_x,
-            "buffer_y": self._buffer_y,
-            "pool_x": self._pool_x,
-            "pool_y": self._pool_y,
-            "pool_seen": self._pool_seen,
+            "probe_w": self._probe.w,
+            "probe_b": self._probe.b,
+            "buffer_x": self._buffer.x,
+            "buffer_y": self._buffer.y,
+            "pool_x": self._pool.x,
+            "pool_y": self._pool.y,
+            "pool_seen": self._pool.seen,
             "pending_x": [list(v) for v in self._pending_x],
             "pending_y": list(self._pending_y),
-            "task_index": self._task_index,
-            "task_open": self._task_open,
-            "task_id": self._task_id,
-            "task_records": self._task_records,
+            "task_index": tasks.index,
+            "task_open": tasks.open,
+            "task_id": tasks.task_id,
+            "task_records": tasks.records,
             "loss_sums": list(self._loss_sums),
             "task_losses": [list(p) for p in self._task_losses],
             "lambdas": list(self._lambdas),
             "lambda": self._lambda,
             "rng": self._rng.get_state(),
-            "detector": None if self._detector is None else self._detector.state_dict(),
+            "detector": None if tasks.detector is None else tasks.detector.state_dict(),
         }
         return {"operator": self.name, "state": decode_state(encode_state(state))}
 
@@ -496,18 +488,19 @@ class CILA(Operator):
                 self._frozen_encoder.load_state_dict(s["frozen_encoder"])
                 self._frozen_projector.load_state_dict(s["frozen_projector"])
         self._classes = list(s["classes"])
-        self._probe_w, self._probe_b = s["probe_w"], s["probe_b"]
-        self._buffer_x, self._buffer_y = s["buffer_x"], s["buffer_y"]
-        self._pool_x, self._pool_y, self._pool_seen = s["pool_x"], s["pool_y"], s["pool_seen"]
+        self._probe.w, self._probe.b = s["probe_w"], s["probe_b"]
+        self._buffer.x, self._buffer.y = s["buffer_x"], s["buffer_y"]
+        self._pool.load(s["pool_x"], s["pool_y"], s["pool_seen"])
         self._pending_x, self._pending_y = s["pending_x"], s["pending_y"]
-        self._task_index, self._task_open = s["task_index"], s["task_open"]
-        self._task_id, self._task_records = s["task_id"], s["task_records"]
+        tasks = self._tasks
+        tasks.index, tasks.open = s["task_index"], s["task_open"]
+        tasks.task_id, tasks.records = s["task_id"], s["task_records"]
         self._loss_sums = s["loss_sums"]
         self._task_losses, self._lambdas = s["task_losses"], s["lambdas"]
         self._lambda = s["lambda"]
         self._rng.set_state(s["rng"])
-        if self._detector is not None and s.get("detector") is not None:
-            self._detector.load_state_dict(s["detector"])
+        if tasks.detector is not None and s.get("detector") is not None:
+            tasks.detector.load_state_dict(s["detector"])
 
     # ---- read-only results ------------------------------------------------------------
 
@@ -529,7 +522,7 @@ class CILA(Operator):
     @property
     def buffer_labels(self) -> list:
         """Labels of the samples in the replay buffer."""
-        return [self._classes[i] for i in self._buffer_y.tolist()]
+        return [self._classes[i] for i in self._buffer.y.tolist()]
 
     # ---- input ------------------------------------------------------------------------
 
@@ -560,36 +553,16 @@ class CILA(Operator):
 
     # ---- processing -------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _torch_threads(self) -> Iterator[None]:
-        """Run torch with ``threads`` intra-op threads and subnormal floats flushed to zero,
-        then restore the caller's settings.
-
-        The relation distillation at temperature 0.01 and Adam's moments produce subnormal
-        float32 values; x86 arithmetic on them is slow enough to make a training step ~3x
-        slower. Flushing them changes values below 1.2e-38 only.
-        """
-        threads_before = torch.get_num_threads()
-        # torch has no getter for the flush mode: a subnormal survives a product only when
-        # flushing is off.
-        flush_before = bool(torch.tensor([1e-40]).mul_(1.0)[0] == 0)
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)
-        torch.set_flush_denormal(True)
-        try:
-            yield
-        finally:
-            torch.set_flush_denormal(flush_before)
-            if self.threads is not None:
-                torch.set_num_threads(threads_before)
+    def _torch_threads(self) -> TorchThreads:
+        """The torch settings of the operator's calls: ``threads`` intra-op threads and
+        subnormal floats flushed to zero (see :class:`TorchThreads`)."""
+        return TorchThreads(self.threads, flush_denormal=True)
 
     def process(self, record: Mapping) -> list[dict]:
         x, y, task, alarm, train = self._parse(record)
-        if self._detector is not None and train:
-            # The inner detector sees every training record; it raises BadInput (its state
-            # unchanged) before anything of ours changes.
-            found = any(o.get("alarm") for o in self._detector.process(record))
-            alarm = bool(alarm) or found
+        if train:
+            # The inner detector (if any) sees every training record.
+            alarm = self._tasks.alarm_of(record, alarm)
         with self._torch_threads():
             return self._process(record, x, y, task, alarm, train)
 
@@ -599,10 +572,10 @@ class CILA(Operator):
             self._build(int(x.shape[0]))
         opened = False
         if train:
-            if not self._task_open:
+            if not self._tasks.open:
                 self._start_task(task)
-                opened = self._task_index > 1
-            elif self._is_boundary(y, task, alarm):
+                opened = self._tasks.index > 1
+            elif self._tasks.is_boundary(y, task, alarm, self._classes):
                 self._close_task()
                 self._start_task(task)
                 opened = True
@@ -611,26 +584,10 @@ class CILA(Operator):
             self._learn_one(x, y)
         return [out]
 
-    def _is_boundary(self, y: Any, task: Any, alarm: bool | None) -> bool:
-        mode = self.boundary
-        if mode in ("auto", "task") and task is not None:
-            return task != self._task_id
-        if mode == "task":
-            return False
-        settled = self._task_records >= self.min_task_length
-        if mode in ("auto", "alarm") and alarm is not None:
-            return alarm and settled
-        if mode == "alarm":
-            return False
-        return y not in self._classes and settled
-
     def _start_task(self, task: Any) -> None:
-        self._task_index += 1
-        self._task_open = True
-        self._task_id = task
-        self._task_records = 0
+        self._tasks.start(task)
         self._loss_sums = [0.0, 0.0, 0]
-        if self._task_index == 1:
+        if self._tasks.index == 1:
             self._lambda = 0.0
         elif self.method == "cila":
             self._lambda = adaptive_lambda(self._task_losses, self.kappa, self.lambda_form)
@@ -641,7 +598,7 @@ class CILA(Operator):
     def end_task(self) -> None:
         """Close the current task now, as a boundary would (the next training record opens
         a new one). Use it before evaluating after the last task."""
-        if self._task_open:
+        if self._tasks.open:
             with self._torch_threads():
                 self._close_task()
 
@@ -653,11 +610,11 @@ class CILA(Operator):
         if self._contrastive:
             self._freeze()
             # Co2L's linear evaluation: buffer + the finished task (here its reservoir).
-            self._refit_probe(np.concatenate([self._buffer_x, self._pool_x]),
-                              np.concatenate([self._buffer_y, self._pool_y]))
+            self._refit_probe(np.concatenate([self._buffer.x, self._pool.x]),
+                              np.concatenate([self._buffer.y, self._pool.y]))
         if self._replays:
-            self._merge_buffer()
-        self._task_open = False
+            self._buffer.merge(self._pool, self._rng)
+        self._tasks.close()
 
     def _freeze(self) -> None:
         self._frozen_encoder = copy.deepcopy(self._encoder).requires_grad_(False).eval()
@@ -666,65 +623,20 @@ class CILA(Operator):
     def _learn_one(self, x: np.ndarray, y: Any) -> None:
         if y not in self._classes:
             self._classes.append(y)
-            self._probe_w = torch.cat([self._probe_w, torch.zeros((1, self._probe_w.shape[1]))])
-            self._probe_b = torch.cat([self._probe_b, torch.zeros(1)])
+            self._probe.add_class()
         k = self._classes.index(y)
-        self._task_records += 1
+        self._tasks.records += 1
         if self._replays:
-            self._pool_add(x, k)
+            self._pool.add(x, k, self._rng)
         self._pending_x.append(x.tolist())
         self._pending_y.append(k)
         if len(self._pending_y) >= self.batch_size:
             self._train_pending()
 
-    def _pool_add(self, x: np.ndarray, k: int) -> None:
-        # Reservoir sampling of the current task, merged into the buffer at its end.
-        self._pool_seen += 1
-        if self._pool_y.shape[0] < self.buffer_size:
-            self._pool_x = np.concatenate([self._pool_x, x[None]])
-            self._pool_y = np.concatenate([self._pool_y, np.array([k], dtype=np.int64)])
-            return
-        j = int(torch.randint(0, self._pool_seen, (1,), generator=self._rng))
-        if j < self.buffer_size:
-            self._pool_x = self._pool_x.copy()
-            self._pool_y = self._pool_y.copy()
-            self._pool_x[j] = x
-            self._pool_y[j] = k
-
-    def _merge_buffer(self) -> None:
-        xs = np.concatenate([self._buffer_x, self._pool_x])
-        ys = np.concatenate([self._buffer_y, self._pool_y])
-        self._buffer_x, self._buffer_y = self._balanced(xs, ys, self.buffer_size)
-        self._pool_x = np.zeros((0, self._n_features), dtype=np.float32)
-        self._pool_y = np.zeros(0, dtype=np.int64)
-        self._pool_seen = 0
-
-    def _balanced(self, xs: np.ndarray, ys: np.ndarray, size: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-        """At most ``size`` samples, as equal per class as the counts allow, drawn at random."""
-        labels, counts = np.unique(ys, return_counts=True)
-        quota = np.zeros(len(labels), dtype=np.int64)
-        room = min(size, len(ys))
-        while room > 0:  # water-filling: one more slot to every class that has samples left
-            open_ = np.flatnonzero(quota < counts)
-            for i in open_[:room]:
-                quota[i] += 1
-            room -= min(room, len(open_))
-        keep = []
-        for lab, q in zip(labels, quota, strict=True):
-            where = np.flatnonzero(ys == lab)
-            order = torch.randperm(len(where), generator=self._rng).numpy()
-            keep.append(np.sort(where[order[:q]]))
-        idx = np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)
-        return xs[idx].copy(), ys[idx].copy()
-
     # ---- the model --------------------------------------------------------------------
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.normalize(self._encoder(x), dim=1)
-
-    def _logits(self, feats: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return feats @ w.T + b
+        return _torch().nn.functional.normalize(self._encoder(x), dim=1)
 
     def _predict_one(self, x: np.ndarray) -> Any:
         if not self._classes:
@@ -734,10 +646,11 @@ class CILA(Operator):
 
     def decision_scores(self, X: Any) -> np.ndarray:
         """Probe scores ``(n, len(classes_))`` of the rows of ``X`` (no state change)."""
+        torch = _torch()
         X = np.asarray(X, dtype=np.float32)
         self._encoder.eval()
         with torch.no_grad(), self._torch_threads():
-            s = self._logits(self._features(torch.from_numpy(X)), self._probe_w, self._probe_b)
+            s = self._probe.logits(self._features(torch.from_numpy(X)))
         return s.numpy()
 
     def _augment(self, x: torch.Tensor) -> torch.Tensor:
@@ -748,6 +661,7 @@ class CILA(Operator):
         return x
 
     def _train_pending(self) -> None:
+        torch = _torch()
         xc = torch.tensor(self._pending_x, dtype=torch.float32)
         yc = torch.tensor(self._pending_y, dtype=torch.int64)
         self._pending_x, self._pending_y = [], []
@@ -755,15 +669,16 @@ class CILA(Operator):
 
     def _train_step(self, xc: torch.Tensor, yc: torch.Tensor) -> None:
         """``steps`` gradient steps on a current mini-batch plus replayed samples."""
+        torch = _torch()
         rb = self.batch_size if self.replay_batch_size is None else self.replay_batch_size
         self._encoder.train()
         self._projector.train()
         for _ in range(self.steps):
             x, y, current = xc, yc, torch.ones(len(yc), dtype=torch.bool)
-            if self._replays and len(self._buffer_y) and rb:
-                pick = torch.randperm(len(self._buffer_y), generator=self._rng)[:rb].numpy()
-                x = torch.cat([xc, torch.from_numpy(self._buffer_x[pick])])
-                y = torch.cat([yc, torch.from_numpy(self._buffer_y[pick])])
+            if self._replays and len(self._buffer) and rb:
+                pick = self._buffer.sample(rb, self._rng)
+                x = torch.cat([xc, torch.from_numpy(self._buffer.x[pick])])
+                y = torch.cat([yc, torch.from_numpy(self._buffer.y[pick])])
                 current = torch.cat([current, torch.zeros(len(pick), dtype=torch.bool)])
             if self._contrastive:
                 self._contrastive_step(x, y, current)
@@ -771,6 +686,9 @@ class CILA(Operator):
                 self._cross_entropy_step(x, y)
 
     def _contrastive_step(self, x: torch.Tensor, y: torch.Tensor, current: torch.Tensor) -> None:
+        torch = _torch()
+        from shiftwatch.operators.cila_losses import asymmetric_supcon, relation_distillation
+
         views = torch.cat([self._augment(x), self._augment(x)])
         h = self._encoder(views)
         z = torch.nn.functional.normalize(self._projector(h), dim=1)
@@ -793,48 +711,33 @@ class CILA(Operator):
         self._loss_sums[2] += 1
         # The probe learns online on the (detached) features of the first view.
         feats = torch.nn.functional.normalize(h[: len(y)].detach(), dim=1)
-        self._probe_sgd(feats, y, steps=1)
+        self._probe.sgd(feats, y, steps=1)
 
     def _cross_entropy_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        w = self._probe_w.clone().requires_grad_(True)
-        b = self._probe_b.clone().requires_grad_(True)
-        loss = torch.nn.functional.cross_entropy(self._logits(self._features(x), w, b), y)
+        # The probe is the network's last layer here: trained through the encoder.
+        torch = _torch()
+        probe = self._probe
+        w = probe.w.clone().requires_grad_(True)
+        b = probe.b.clone().requires_grad_(True)
+        loss = torch.nn.functional.cross_entropy(probe.logits(self._features(x), w, b), y)
         self._optimizer.zero_grad()
         loss.backward()
         self._optimizer.step()
         with torch.no_grad():
-            self._probe_w = w - self.probe_lr * w.grad
-            self._probe_b = b - self.probe_lr * b.grad
+            probe.w = w - self.probe_lr * w.grad
+            probe.b = b - self.probe_lr * b.grad
         self._loss_sums[0] += float(loss.detach())
         self._loss_sums[2] += 1
 
-    def _probe_sgd(self, feats: torch.Tensor, y: torch.Tensor, steps: int,
-                   weights: torch.Tensor | None = None) -> None:
-        # Softmax regression by plain gradient descent (closed-form gradient, no autograd):
-        # the probe grows a row per new class, so it keeps no optimiser state.
-        w, b = self._probe_w, self._probe_b
-        onehot = torch.nn.functional.one_hot(y, w.shape[0]).to(feats.dtype)
-        scale = (torch.full((len(y), 1), 1.0 / len(y)) if weights is None
-                 else (weights / weights.sum())[:, None])
-        for _ in range(steps):
-            p = torch.softmax(self._logits(feats, w, b), dim=1)
-            g = (p - onehot) * scale
-            w = w - self.probe_lr * (g.T @ feats)
-            b = b - self.probe_lr * g.sum(dim=0)
-        self._probe_w, self._probe_b = w, b
-
     def _refit_probe(self, xs: np.ndarray, ys: np.ndarray) -> None:
         """A probe trained from zero on ``xs``, classes weighted equally."""
+        torch = _torch()
         if not len(ys) or not self.probe_epochs:
             return
         self._encoder.eval()
         with torch.no_grad():
             feats = self._features(torch.from_numpy(xs))
-        counts = np.bincount(ys, minlength=len(self._classes)).astype(np.float32)
-        weights = torch.from_numpy(1.0 / counts[ys])
-        self._probe_w = torch.zeros_like(self._probe_w)
-        self._probe_b = torch.zeros_like(self._probe_b)
-        self._probe_sgd(feats, torch.from_numpy(ys), self.probe_epochs, weights)
+        self._probe.refit(feats, ys, self.probe_epochs)
 
     # ---- hooks for the shared check suite -------------------------------------------
 

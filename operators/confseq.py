@@ -18,15 +18,6 @@ import numpy as np
 from numba import types
 from river import base as river_base
 
-from shiftwatch.operators.base import (
-    BadInput,
-    DeadLetter,
-    Operator,
-    as_array,
-    as_scalar,
-    get_field,
-    register,
-)
 from shiftwatch.operators.confseq_kernels import (
     BETTING_STATE,
     HULL_STATE,
@@ -47,6 +38,10 @@ from shiftwatch.operators.confseq_kernels import (
     cs_hull_run,
     cs_hull_step,
 )
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
+from shiftwatch.operators.registry import register
+from shiftwatch.operators.sensitivity import Sensitivity
 
 __all__ = ["ConfSeqDetector", "ConfSeqOperator", "CS_CHOICES"]
 
@@ -127,7 +122,7 @@ class ConfSeqDetector(river_base.DriftDetector):
         ``"subgaussian"`` only: the sub-Gaussian scale, or ``None`` for the scale-free mode.
     lower, upper
         Bounds of the data for ``"hoeffding"``, ``"empirical-bernstein"`` and ``"betting"``.
-        A value outside them is rejected with :class:`~shiftwatch.operators.base.BadInput`.
+        A value outside them is rejected with :class:`~shiftwatch.operators.records.BadInput`.
     quantile
         ``"quantile"`` only: the level ``p`` in (0, 1).
     pfa
@@ -146,7 +141,7 @@ class ConfSeqDetector(river_base.DriftDetector):
     ``update_many(xs)`` runs the same kernel over an array and returns the positions of the
     alarms in ``xs``; it is identical to calling ``update`` in a loop. Non-finite values,
     non-numbers and values out of ``[lower, upper]`` raise
-    :class:`~shiftwatch.operators.base.BadInput` and leave the state untouched.
+    :class:`~shiftwatch.operators.records.BadInput` and leave the state untouched.
 
     Examples
     --------
@@ -477,7 +472,7 @@ class ConfSeqOperator(Operator):
     ``alarm`` is then true when any coordinate alarms, ``lower``/``upper`` are lists and
     ``coordinates`` lists the coordinates that alarmed. The first record fixes the shape.
     Bad values (NaN, non-numbers, outside ``[lower, upper]`` for the bounded CSs, another
-    shape) raise :class:`~shiftwatch.operators.base.BadInput` and become dead letters.
+    shape) raise :class:`~shiftwatch.operators.records.BadInput` and become dead letters.
 
     Parameters are those of :class:`ConfSeqDetector` plus ``field`` (dotted path). The
     default is the scale-free sub-Gaussian CS (``sigma=None``, scale learned on a burn-in).
@@ -495,6 +490,8 @@ class ConfSeqOperator(Operator):
     """
 
     input_kind: ClassVar[str] = "scalar or vector (one detector per coordinate, alpha split)"
+    sensitivity = Sensitivity("alpha", more_alarms="larger", low=1e-100, high=0.2,
+                              guarantee="arl>=1/value", guarantee_when={"pfa": False})
 
     def __init__(self, field: str = "value", cs: str = "subgaussian", alpha: float = 0.001,
                  sigma: float | None = None, lower: float = 0.0, upper: float = 1.0,

@@ -20,15 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from shiftwatch.operators.base import (
-    BadInput,
-    DeadLetter,
-    Operator,
-    as_array,
-    decode_state,
-    encode_state,
-    get_field,
-    register,
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.records import BadInput, DeadLetter, as_array, get_field
+from shiftwatch.operators.registry import register
+from shiftwatch.operators.state_codec import decode_state, encode_state
+from shiftwatch.operators.torch_nets import (
+    TorchThreads,
+    check_int,
+    is_int,
+    load_torch,
+    mlp,
+    seeded_init,
 )
 
 __all__ = ["HareTortoise", "METHODS"]
@@ -45,26 +47,7 @@ METHODS: dict[str, tuple[bool, bool, str | None]] = {
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - torch is in the learners extra
-        raise ImportError(
-            "the hare-tortoise operator needs PyTorch: "
-            "pip install -c constraints.txt -e '.[learners]'") from exc
-    import shiftwatch.operators.torch_state  # noqa: F401  (teaches the state codec torch tensors)
-
-    return torch
-
-
-def _mlp(in_dim: int, hidden: Sequence[int], n_classes: int) -> Any:
-    torch = _torch()
-    layers: list = []
-    width = in_dim
-    for h in hidden:
-        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
-        width = h
-    layers.append(torch.nn.Linear(width, n_classes))
-    return torch.nn.Sequential(*layers)
+    return load_torch("hare-tortoise")
 
 
 def _tiny_batchnorm_net() -> Any:
@@ -72,31 +55,6 @@ def _tiny_batchnorm_net() -> Any:
     torch = _torch()
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
                                torch.nn.Dropout(0.1), torch.nn.Linear(8, 3))
-
-
-class _Threads:
-    """Run a block with torch limited to ``n`` intra-op threads (None: leave it)."""
-
-    __slots__ = ("n", "before")
-
-    def __init__(self, n: int | None):
-        self.n = n
-        self.before = 0
-
-    def __enter__(self) -> None:
-        if self.n is not None:
-            torch = _torch()
-            self.before = torch.get_num_threads()
-            if self.before != self.n:
-                torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.n is not None and self.before != self.n:
-            _torch().set_num_threads(self.before)
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 @register("hare-tortoise")
@@ -242,9 +200,7 @@ class HareTortoise(Operator):
 
     def _validate_params(self) -> None:
         def positive_int(name: str, minimum: int = 1) -> None:
-            v = getattr(self, name)
-            if not _is_int(v) or v < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+            check_int(self, name, minimum)
 
         def real_in(name: str, lo: float, hi: float, hi_open: bool = False) -> None:
             v = getattr(self, name)
@@ -257,9 +213,9 @@ class HareTortoise(Operator):
 
         positive_int("in_dim")
         positive_int("n_classes", 2)
-        hidden = [self.hidden] if _is_int(self.hidden) else self.hidden
+        hidden = [self.hidden] if is_int(self.hidden) else self.hidden
         if (isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence)
-                or not all(_is_int(h) and h >= 1 for h in hidden)):
+                or not all(is_int(h) and h >= 1 for h in hidden)):
             raise ValueError(f"hidden must be an integer >= 1 or a list of them, "
                              f"got {self.hidden!r}")
         if self.model is not None and not callable(self.model):
@@ -285,9 +241,9 @@ class HareTortoise(Operator):
                              f"got {self.predict_with!r}")
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
-        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
+        if not is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
-        if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise ValueError(f"threads must be None or an integer >= 1, got {self.threads!r}")
 
     def _reset(self) -> None:
@@ -337,12 +293,10 @@ class HareTortoise(Operator):
     def _build(self) -> Any:
         """A freshly initialised network, its randomness drawn from the operator's generator."""
         torch = _torch()
-        seed = int(torch.randint(0, 2**62, (1,), generator=self._gen))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded_init(self._gen):
             if self.model is None:
-                hidden = [self.hidden] if _is_int(self.hidden) else list(self.hidden)
-                net = _mlp(self.in_dim, hidden, self.n_classes)
+                hidden = [self.hidden] if is_int(self.hidden) else list(self.hidden)
+                net = mlp([self.in_dim, *hidden, self.n_classes])
             else:
                 net = self.model()
         if not isinstance(net, torch.nn.Module):
@@ -447,14 +401,14 @@ class HareTortoise(Operator):
         return self._hare
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
-        with _Threads(self.threads):
+        with TorchThreads(self.threads):
             return super().process_batch(records)
 
     def process(self, record: Mapping) -> list[dict]:
         if not isinstance(record, Mapping):
             raise BadInput(f"record is a {type(record).__name__}, not a mapping")
         x, y, train = self._parse(record)
-        with _Threads(self.threads):
+        with TorchThreads(self.threads):
             return self._process(record, x, y, train)
 
     def _process(self, record: Mapping, x: np.ndarray, y: int | None, train: bool) -> list[dict]:
@@ -518,16 +472,13 @@ class HareTortoise(Operator):
 
     def _step(self, x: Any, y: Any) -> None:
         """One optimiser step on (x, y), then the EMA and, when due, the reset."""
-        torch = _torch()
         hare = self._hare
         hare.train()
         try:
             if self.model is None:  # the default MLP draws no random numbers in training
                 self._gradient_step(x, y)
             else:
-                seed = int(torch.randint(0, 2**62, (1,), generator=self._gen))
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(seed)
+                with seeded_init(self._gen):
                     self._gradient_step(x, y)
         finally:
             hare.eval()
@@ -601,7 +552,7 @@ class HareTortoise(Operator):
         if xt.ndim != 2 or xt.shape[1] != self.in_dim or yt.shape != (xt.shape[0],):
             raise ValueError(f"learn_many needs x of shape (n, {self.in_dim}) and y of shape "
                              f"(n,), got {tuple(xt.shape)} and {tuple(yt.shape)}")
-        with _Threads(self.threads):
+        with TorchThreads(self.threads):
             self._step(xt, yt)
 
     def predict_many(self, x: Any, net: str | None = None) -> np.ndarray:
@@ -612,7 +563,7 @@ class HareTortoise(Operator):
         if model is None:
             raise ValueError(f"method {self.method!r} has no Tortoise")
         xt = torch.as_tensor(np.asarray(x)).to(self._dtype)
-        with _Threads(self.threads), torch.no_grad():
+        with TorchThreads(self.threads), torch.no_grad():
             return model(xt).argmax(1).numpy()
 
     # ---- hooks for the shared check suite ------------------------------------------

@@ -17,7 +17,9 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from shiftwatch.operators.base import BadInput, Operator, as_array, get_field, register
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.records import BadInput, as_array, get_field
+from shiftwatch.operators.registry import register
 
 __all__ = ["WindowCovariance", "WindowSubspace", "NormalizeSphere"]
 

@@ -11,7 +11,7 @@ arrays:
 
 Every class has ``log(point, base_point)``, ``exp(tangent_vec, base_point)``,
 ``retract(tangent_vec, base_point)``, ``dist(a, b)``, ``belongs(x)`` and ``validate(x)`` (which
-returns a float64 array or raises :class:`~shiftwatch.operators.base.BadInput` saying what is
+returns a float64 array or raises :class:`~shiftwatch.operators.records.BadInput` saying what is
 wrong). The kernels are module-level functions named for what they compute (``spd_affine_log``,
 ``grassmann_dist``, ...) so that other kernels can call them. geomstats is the reference
 the tests compare them with.
@@ -34,7 +34,7 @@ import math
 import numpy as np
 from numba import njit
 
-from shiftwatch.operators.base import BadInput, as_array
+from shiftwatch.operators.records import BadInput, as_array
 
 __all__ = [
     "Manifold",
@@ -483,7 +483,7 @@ class SPD(Manifold):
     >>> spd.validate([[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.base.BadInput: value is not positive definite (smallest eigenvalue -1)
+    shiftwatch.operators.records.BadInput: value is not positive definite (smallest eigenvalue -1)
     """
 
     def __init__(self, n: int, metric: str = "affine"):

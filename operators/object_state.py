@@ -23,9 +23,9 @@ twice, a bound method pointing back to its detector) as references, so a decoded
 exact copy and replaying a stream through it gives bit-identical results.
 
 The codec is also registered with
-:func:`shiftwatch.operators.base.register_state_extension` under the marker ``"__object__"``:
+:func:`shiftwatch.operators.state_codec.register_state_extension` under the marker ``"__object__"``:
 any operator whose underscore attributes hold River objects can use the
-default :meth:`~shiftwatch.operators.base.Operator.state_dict`.
+default :meth:`~shiftwatch.operators.contract.Operator.state_dict`.
 
 Examples
 --------
@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from shiftwatch.operators.base import register_state_extension
+from shiftwatch.operators.state_codec import register_state_extension
 
 __all__ = ["StateRefused", "encode_object", "decode_object", "is_allowed_class"]
 

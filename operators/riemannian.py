@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 from river.base import DriftDetector
 
-from shiftwatch.operators.base import BadInput, DeadLetter, Operator, get_field, register
+from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.manifolds import (
     MANIFOLD_NAMES,
     Manifold,
@@ -34,6 +34,9 @@ from shiftwatch.operators.manifolds import (
     sym_expm,
     sym_logm,
 )
+from shiftwatch.operators.records import BadInput, DeadLetter, get_field
+from shiftwatch.operators.registry import register
+from shiftwatch.operators.sensitivity import Sensitivity
 
 __all__ = ["KarcherDetector", "KarcherOperator", "calibrate_threshold", "THRESHOLD_MODES"]
 
@@ -545,6 +548,7 @@ class KarcherOperator(Operator):
     """
 
     input_kind = "manifold point (SPD matrix, n x p orthonormal basis, unit vector)"
+    sensitivity = Sensitivity("threshold", more_alarms="smaller", low=1e-4, high=100.0)
 
     def __init__(self, manifold: str = "spd", step_slow: float = 0.01, step_fast: float = 0.02,
                  threshold: float | str = "adaptive", burn_in: int = 400, update: str = "exp",
@@ -579,7 +583,7 @@ class KarcherOperator(Operator):
         self._detector = KarcherDetector(**self._detector_params())
 
     def state_dict(self) -> dict:
-        from shiftwatch.operators.base import decode_state, encode_state
+        from shiftwatch.operators.state_codec import decode_state, encode_state
 
         return {"operator": self.name,
                 "state": decode_state(encode_state(self._detector.state_dict()))}
@@ -642,7 +646,7 @@ class KarcherOperator(Operator):
 
     @classmethod
     def _test_stream(cls, params: dict, n: int = 200, seed: int = 0) -> list[dict]:
-        from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
+        from shiftwatch.operators.manifold_samples import GrassmannStream, WishartSPDStream
 
         m = params.get("manifold", "spd")
         if m.startswith("spd"):

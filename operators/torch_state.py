@@ -1,7 +1,7 @@
 """Torch tensors in a state_dict: a safe extension of the state codec (no pickle, no torch.load).
 
 Importing this module (which imports torch) registers, with
-:func:`shiftwatch.operators.base.register_state_extension`, an encoder for CPU ``torch.Tensor``
+:func:`shiftwatch.operators.state_codec.register_state_extension`, an encoder for CPU ``torch.Tensor``
 values and its decoder under the marker ``"__tensor__"``. A tensor becomes
 ``{"__tensor__": base64 raw bytes, "dtype": "float32", "shape": [...]}``, so round-trips are
 bit-exact and a changelog stays plain JSON. Learner operators (Hare & Tortoise, CILA) keep
@@ -10,7 +10,7 @@ their networks' and optimisers' ``state_dict`` values as tensors and rely on thi
 Examples
 --------
 >>> import json, torch
->>> from shiftwatch.operators.base import decode_state, encode_state
+>>> from shiftwatch.operators.state_codec import decode_state, encode_state
 >>> t = torch.tensor([[1.5, -2.0]], dtype=torch.float32)
 >>> doc = json.dumps(encode_state({"w": t, "step": torch.tensor(3.0)}))
 >>> back = decode_state(json.loads(doc))
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shiftwatch.operators.base import register_state_extension
+from shiftwatch.operators.state_codec import register_state_extension
 
 __all__ = ["TENSOR_MARKER", "encode_tensor", "decode_tensor", "tensor_to_numpy"]
 

@@ -2,52 +2,49 @@
 
 The metric functions live in :mod:`shiftwatch.sinks.metrics`; the lifecycle every sink follows is in
 :mod:`shiftwatch.sinks.base`.
+
+Every name is imported on first use; matplotlib loads only when a plot is drawn.
 """
 
 from __future__ import annotations
 
-from shiftwatch.sinks.base import Sink
-from shiftwatch.sinks.evaluation import EvaluationSink, evaluate_detector, merge_change_points
-from shiftwatch.sinks.files import (
-    ConsoleAlarmSink,
-    CsvSink,
-    DeadLetterSink,
-    JsonlSink,
-    MemorySink,
-    jsonable,
-)
-from shiftwatch.sinks.metrics import (
-    AccuracyMatrix,
-    accuracy_matrix,
-    average_accuracy,
-    covering,
-    detection_summary,
-    evaluation_triples,
-    f_measure,
-    forgetting,
-    prequential_accuracy,
-    true_positives,
-)
+import importlib
 
-__all__ = [
-    "Sink",
-    "JsonlSink",
-    "CsvSink",
-    "ConsoleAlarmSink",
-    "MemorySink",
-    "DeadLetterSink",
-    "EvaluationSink",
-    "evaluate_detector",
-    "merge_change_points",
-    "jsonable",
-    "true_positives",
-    "f_measure",
-    "covering",
-    "detection_summary",
-    "prequential_accuracy",
-    "AccuracyMatrix",
-    "accuracy_matrix",
-    "evaluation_triples",
-    "forgetting",
-    "average_accuracy",
-]
+#: public name -> module that defines it (imported on first attribute access, PEP 562)
+_LAZY = {
+    "Sink": "shiftwatch.sinks.base",
+    "JsonlSink": "shiftwatch.sinks.files",
+    "CsvSink": "shiftwatch.sinks.files",
+    "ConsoleAlarmSink": "shiftwatch.sinks.files",
+    "MemorySink": "shiftwatch.sinks.files",
+    "DeadLetterSink": "shiftwatch.sinks.files",
+    "EvaluationSink": "shiftwatch.sinks.evaluation",
+    "evaluate_detector": "shiftwatch.sinks.evaluation",
+    "merge_change_points": "shiftwatch.sinks.evaluation",
+    "jsonable": "shiftwatch.sinks.files",
+    "true_positives": "shiftwatch.sinks.metrics",
+    "f_measure": "shiftwatch.sinks.metrics",
+    "covering": "shiftwatch.sinks.metrics",
+    "detection_summary": "shiftwatch.sinks.metrics",
+    "prequential_accuracy": "shiftwatch.sinks.metrics",
+    "AccuracyMatrix": "shiftwatch.sinks.metrics",
+    "accuracy_matrix": "shiftwatch.sinks.metrics",
+    "evaluation_triples": "shiftwatch.sinks.metrics",
+    "forgetting": "shiftwatch.sinks.metrics",
+    "average_accuracy": "shiftwatch.sinks.metrics",
+}
+
+__all__ = [*_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

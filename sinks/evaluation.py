@@ -5,6 +5,14 @@ receives the input records (``wants_inputs``) and maps each output's ``offset`` 
 global position of its input) to the position of that input among the inputs of the same key.
 Without inputs for a key it counts outputs instead (outputs sharing an offset share a
 position).
+
+A detector's alarm may carry ``change_at``: where the detector located the change, counted
+in the records *it accepted* for the key (see the detectors' docstrings). The sink maps it to
+a position through the key's detector outputs: ``change_at = j`` is the position of the key's
+``j``-th detector output (one per accepted record), which is ``j`` itself when nothing was
+dead-lettered. This assumes the sink saw the key's outputs from the detector's start (a
+replay); a ``change_at`` beyond the outputs seen is left out and counted as
+``unmatched_locations``.
 """
 
 from __future__ import annotations
@@ -31,12 +39,14 @@ from shiftwatch.sinks.metrics import (
     prequential_accuracy,
 )
 
-__all__ = ["EvaluationSink", "evaluate_detector", "merge_change_points"]
+__all__ = ["EvaluationSink", "evaluate_detector", "evaluate_locations", "merge_change_points"]
 
 #: Output fields the sink keeps (besides every ``y_pred*`` field).
 _KEPT = (
     "offset",
     "alarm",
+    "change_at",
+    "change_ts",
     "statistic",
     "threshold",
     "lower",
@@ -138,6 +148,61 @@ def evaluate_detector(
     out["change_points"] = truth
     out["detection"] = detection_summary(alarm_list, truth, n) if n > 0 else None
     return out
+
+
+def evaluate_locations(
+    located: Iterable[int],
+    annotations: Mapping[Any, Iterable[int]] | Sequence[int] | None,
+    n: int,
+    margin: int = 5,
+) -> dict:
+    """Score located change points: TCPD F1 and covering, and the location error.
+
+    The same F1 and covering as :func:`evaluate_detector`, of the ``change_at`` positions
+    instead of the alarm positions, plus ``mean_abs_error``: the mean over located points of
+    the distance to the nearest true (merged) change point (None without annotations).
+
+    Examples
+    --------
+    >>> r = evaluate_locations([49, 152], {"a": [50], "b": [48, 150]}, n=200)
+    >>> round(r["f1"], 4), r["mean_abs_error"], r["errors"]
+    (1.0, 1.5, [1, 2])
+    """
+    n = int(n)
+    points = sorted({int(c) for c in located})
+    det = evaluate_detector(points, annotations, n, margin=margin)
+    out: dict[str, Any] = {
+        "located": points,
+        "n_located": len(points),
+        "f1": det["f1"],
+        "precision": det["precision"],
+        "recall": det["recall"],
+        "covering": det["covering"],
+        "mean_abs_error": None,
+        "errors": None,
+    }
+    truth = det["change_points"]
+    if annotations is not None and truth:
+        errors = [min(abs(p - c) for c in truth) for p in points]
+        out["errors"] = errors
+        out["mean_abs_error"] = sum(errors) / len(errors) if errors else None
+    return out
+
+
+def _located_positions(outputs: list[dict], positions: list[int | None]) -> tuple[list, int]:
+    """The positions of the outputs' ``change_at`` values, and how many could not be mapped."""
+    det_pos = [p for p, o in zip(positions, outputs, strict=True) if "alarm" in o]
+    located, unmatched = [], 0
+    for o in outputs:
+        j = o.get("change_at")
+        if not o.get("alarm") or not isinstance(j, numbers.Integral) or isinstance(j, bool):
+            continue
+        p = det_pos[j] if 0 <= j < len(det_pos) else None
+        if p is None:
+            unmatched += 1
+        else:
+            located.append(p)
+    return sorted(set(located)), unmatched
 
 
 class _KeyTrace:
@@ -411,6 +476,12 @@ class EvaluationSink(Sink):
                 det = evaluate_detector(alarms, ann, n, margin=self.margin)
                 det["annotated"] = ann is not None
                 entry["alarms"] = alarms
+                if any("change_at" in o for o in trace.outputs):
+                    located, lost = _located_positions(trace.outputs, positions)
+                    det["location"] = evaluate_locations(located, ann, n, margin=self.margin)
+                    if lost:
+                        det["location"]["unmatched_locations"] = lost
+                    data["located"] = located
                 entry["detector"] = det
                 det_reports.append(det)
                 data["alarms"] = alarms
@@ -519,6 +590,13 @@ def _headline(aggregate: dict) -> dict:
             missed=d["n_missed"],
             average_run_length=d["average_run_length"],
         )
+        loc = det.get("location")
+        if loc:
+            out.update(
+                located_f1=loc["f1"],
+                located_covering=loc["covering"],
+                location_error=loc["mean_abs_error"],
+            )
     learner = aggregate.get("learner")
     if learner:
         main = learner.get("y_pred") or {}
@@ -536,7 +614,21 @@ def _pool_detectors(reports: list[dict]) -> dict:
     delays = [d for s in dets for d in s["delays"] if d is not None]
     false_alarms = sum(s["n_false_alarms"] for s in dets)
     no_change = sum(s["no_change_samples"] for s in dets)
+    located = [r["location"] for r in reports if r.get("location") is not None]
+    location = None
+    if located:
+        ann_loc = [r["location"] for r in annotated if r.get("location") is not None]
+        errors = [e for r in located for e in (r["errors"] or [])]
+        location = {
+            "n_located": sum(r["n_located"] for r in located),
+            "f1": _mean([r["f1"] for r in ann_loc]),
+            "precision": _mean([r["precision"] for r in ann_loc]),
+            "recall": _mean([r["recall"] for r in ann_loc]),
+            "covering": _mean([r["covering"] for r in ann_loc]),
+            "mean_abs_error": sum(errors) / len(errors) if errors else None,
+        }
     return {
+        "location": location,
         "n_series": len(reports),
         "n_annotated": len(annotated),
         "alarms": sum(r["n_alarms"] for r in reports),
@@ -622,6 +714,12 @@ def _alarm_lines(ax: Any, alarms: Sequence[int]) -> None:
         ax.axvline(a, color="tab:red", alpha=0.6, linewidth=1, label="alarm" if i == 0 else None)
 
 
+def _located_marks(ax: Any, located: Sequence[int]) -> None:
+    for i, c in enumerate(located[:500]):
+        ax.axvline(c, color="tab:green", linestyle=":", linewidth=1.4,
+                   label="located change" if i == 0 else None)
+
+
 def _panel_title(fig: Any, name: str, what: str, shown: int, total: int) -> None:
     extra = f" (first {shown} of {total} keys)" if total > shown else ""
     fig.suptitle(f"{name}: {what}{extra}")
@@ -644,6 +742,7 @@ def _plot_series(data: list, max_panels: int, name: str) -> Any:
             ax.plot(x, values[:, j], linewidth=0.8, label=labels[j] if j < len(labels) else None)
         _truth_lines(ax, d["annotations"])
         _alarm_lines(ax, d.get("alarms", []))
+        _located_marks(ax, d.get("located", []))
         ax.set_title(f"key {_key_text(key)}", fontsize=9, loc="left")
         ax.set_xlim(0, max(len(values) - 1, 1))
         ax.legend(loc="upper left", fontsize=7)
@@ -696,6 +795,7 @@ def _plot_statistic(data: list, max_panels: int, name: str) -> Any:
             )
         _truth_lines(ax, d["annotations"])
         _alarm_lines(ax, d.get("alarms", []))
+        _located_marks(ax, d.get("located", []))
         ax.set_title(f"key {_key_text(key)}", fontsize=9, loc="left")
         ax.legend(loc="upper left", fontsize=7)
     axes[-1].set_xlabel("position in series")

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-import numpy as np
+import numpy as np  # noqa: F401  (the examples use it)
 
-from shiftwatch.operators.base import DeadLetter
+from shiftwatch.operators.codec import dumps_record, jsonable
+from shiftwatch.operators.records import DeadLetter
 from shiftwatch.sinks.base import Sink
 
 __all__ = [
@@ -30,42 +30,6 @@ __all__ = [
 ]
 
 
-def jsonable(obj: Any) -> Any:
-    """Return ``obj`` as plain JSON values: NumPy types converted, NaN and infinities as None.
-
-    Tuples and arrays become lists, mapping keys become strings, dead letters become their
-    record, and anything else unknown becomes its ``repr``. The result always passes
-    ``json.dumps(..., allow_nan=False)``.
-
-    Examples
-    --------
-    >>> jsonable({"x": np.float32(0.5), "v": np.arange(3), "s": float("nan"), 1: (True,)})
-    {'x': 0.5, 'v': [0, 1, 2], 's': None, '1': [True]}
-    """
-    if obj is None or isinstance(obj, (str, bool)):
-        return obj
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        x = float(obj)
-        return x if math.isfinite(x) else None
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, Mapping):
-        return {(k if isinstance(k, str) else _key_text(k)): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, DeadLetter):
-        return jsonable(obj.to_record())
-    if isinstance(obj, (bytes, bytearray)):
-        return bytes(obj).decode("utf-8", errors="replace")
-    if isinstance(obj, np.generic):
-        return jsonable(obj.item())
-    return repr(obj)
-
-
 def _key_text(key: Any) -> str:
     # Record keys may be ints or (from JSON) lists; reports index by a stable string.
     if isinstance(key, str):
@@ -75,8 +39,7 @@ def _key_text(key: Any) -> str:
     return str(jsonable(key))
 
 
-def _dumps(record: Any) -> str:
-    return json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False)
+_dumps = dumps_record  # one encoding for files and Kafka topics
 
 
 def _make_parent(path: str | os.PathLike) -> None:
@@ -399,7 +362,7 @@ class MemorySink(Sink):
 class DeadLetterSink(_FileSink):
     """Receive dead letters: write them as JSON lines to ``path``, or keep them in memory.
 
-    ``write`` accepts :class:`~shiftwatch.operators.base.DeadLetter` objects and dead letters
+    ``write`` accepts :class:`~shiftwatch.operators.records.DeadLetter` objects and dead letters
     already turned into records (``DeadLetter.to_record()`` dicts).
 
     Parameters

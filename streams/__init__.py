@@ -3,44 +3,47 @@
 Files (CSV, JSON Lines), River's bundled datasets, seeded synthetic generators, and
 :func:`open_source` to pick one from a spec string such as ``"data/log.csv.gz"``,
 ``"river:Occupancy"`` or ``"synth:wishart"``. See :mod:`shiftwatch.streams.base` for the contract.
+
+Every name is imported on first use, so ``import shiftwatch.streams`` loads no source's
+dependencies (River, SciPy, kafka-python) until a source needs them.
 """
 
 from __future__ import annotations
 
-from shiftwatch.streams.base import Source
-from shiftwatch.streams.files import CsvSource, JsonlSource
-from shiftwatch.streams.kafka import KafkaSource
-from shiftwatch.streams.replay import SourceInfo, list_sources, open_source, paced
-from shiftwatch.streams.river_data import (
-    RiverDatasetSource,
-    RiverDriftSource,
-    drift_dataset_names,
-    river_dataset_names,
-)
-from shiftwatch.streams.synthetic import (
-    BetaStream,
-    GaussianShift,
-    GrassmannStream,
-    WishartSPDStream,
-    random_spd_scale,
-)
+import importlib
 
-__all__ = [
-    "KafkaSource",
-    "Source",
-    "CsvSource",
-    "JsonlSource",
-    "RiverDriftSource",
-    "RiverDatasetSource",
-    "drift_dataset_names",
-    "river_dataset_names",
-    "GaussianShift",
-    "BetaStream",
-    "WishartSPDStream",
-    "GrassmannStream",
-    "random_spd_scale",
-    "paced",
-    "open_source",
-    "list_sources",
-    "SourceInfo",
-]
+#: public name -> module that defines it (imported on first attribute access, PEP 562)
+_LAZY = {
+    "KafkaSource": "shiftwatch.streams.kafka",
+    "Source": "shiftwatch.streams.base",
+    "CsvSource": "shiftwatch.streams.files",
+    "JsonlSource": "shiftwatch.streams.files",
+    "RiverDriftSource": "shiftwatch.streams.river_data",
+    "RiverDatasetSource": "shiftwatch.streams.river_data",
+    "drift_dataset_names": "shiftwatch.streams.river_data",
+    "river_dataset_names": "shiftwatch.streams.river_data",
+    "GaussianShift": "shiftwatch.streams.synthetic",
+    "BetaStream": "shiftwatch.streams.synthetic",
+    "WishartSPDStream": "shiftwatch.streams.synthetic",
+    "GrassmannStream": "shiftwatch.streams.synthetic",
+    "random_spd_scale": "shiftwatch.streams.synthetic",
+    "paced": "shiftwatch.streams.replay",
+    "open_source": "shiftwatch.streams.replay",
+    "list_sources": "shiftwatch.streams.replay",
+    "SourceInfo": "shiftwatch.streams.replay",
+}
+
+__all__ = [*_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -2,7 +2,7 @@
 
 Both sources map named columns (fields) to the record fields ``key``, ``ts``, ``value``, ``y``
 and ``task``. A line that cannot be turned into a record becomes a
-:class:`~shiftwatch.operators.base.DeadLetter` whose origin is ``{"file": path, "line": n}`` (``n``
+:class:`~shiftwatch.operators.records.DeadLetter` whose origin is ``{"file": path, "line": n}`` (``n``
 the physical, 1-based line number, the header being line 1 of a CSV file), and reading goes on.
 
 Conventions shared by both sources:
@@ -23,14 +23,14 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import json
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from shiftwatch.operators.base import BadInput, DeadLetter, as_array, as_scalar, get_field
+from shiftwatch.operators.codec import parse_object
+from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 from shiftwatch.streams.base import Source
 
 __all__ = ["CsvSource", "JsonlSource"]
@@ -402,17 +402,8 @@ class JsonlSource(_FileSource):
                 text = line.rstrip("\r\n")
                 if not text.strip():
                     continue
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    yield self._dead(text, f"invalid JSON: {exc.msg} at column {exc.colno}",
-                                     lineno)
-                    continue
-                if not isinstance(obj, dict):
-                    yield self._dead(text, f"line is a JSON {type(obj).__name__}, not an object",
-                                     lineno)
-                    continue
-                try:
+                try:  # parsed as a Kafka stage parses a message
+                    obj = parse_object(text)
                     record = self._record(obj, index)
                 except BadInput as exc:
                     yield self._dead(text, str(exc), lineno)

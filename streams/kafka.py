@@ -10,14 +10,13 @@ replay`` opens it from a spec string::
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from shiftwatch.operators.base import DeadLetter, get_field
+from shiftwatch.operators.codec import decode_record
+from shiftwatch.operators.records import BadInput, DeadLetter
 from shiftwatch.streams.base import Source
 
 __all__ = ["KafkaSource", "parse_time"]
@@ -60,7 +59,8 @@ class KafkaSource(Source):
         Bootstrap servers, ``host:port[,host:port]``.
     start, end
         Offsets, the same for every partition: from ``start`` (default: the beginning)
-        up to ``end`` exclusive (default: the end of each partition when the source opens).
+        up to ``end`` exclusive (default: the end each partition has when iteration starts;
+        records written later are not read, so a replay of a live topic ends).
     start_time, end_time
         Message timestamps (epoch seconds or ISO-8601): only messages with
         ``start_time <= timestamp < end_time``.
@@ -70,6 +70,9 @@ class KafkaSource(Source):
         Fields holding the value, the key and the event time (as in the file sources);
         by default ``value``, the record's ``key`` or else the message key, and the record's
         ``ts`` or else the message timestamp.
+    follow
+        Keep reading after the end (tail the topic) until :meth:`close`, records of all
+        partitions in arrival order (each partition's in offset order).
     read_committed
         Skip records of aborted transactions (on brokers that implement it).
     timeout_s
@@ -79,14 +82,16 @@ class KafkaSource(Source):
 
     Partitions are read one after another, each in offset order, so every key's records come
     in the order they were written. Each record gets ``meta.kafka`` = its topic, partition,
-    offset and timestamp. Messages that are not a JSON object become dead letters.
+    offset and timestamp. Messages are decoded by
+    :func:`shiftwatch.operators.codec.decode_record`, as a Kafka stage decodes its input; those
+    it rejects become dead letters.
     """
 
     def __init__(self, topic: str, bootstrap: str = "localhost:9092", start: int | None = None,
                  end: int | None = None, start_time: Any = None, end_time: Any = None,
                  partitions: Sequence[int] | None = None, value: str = "value",
                  key: str | None = None, ts: str | None = None, read_committed: bool = False,
-                 timeout_s: float = 30.0, client: dict | None = None):
+                 timeout_s: float = 30.0, client: dict | None = None, follow: bool = False):
         self.topic = topic
         self.bootstrap = bootstrap
         self.start = None if start is None else int(start)
@@ -105,6 +110,9 @@ class KafkaSource(Source):
             read_committed = read_committed.lower() in ("1", "true", "yes")
         self.read_committed = read_committed
         self.timeout_s = float(timeout_s)
+        if isinstance(follow, str):
+            follow = follow.lower() in ("1", "true", "yes")
+        self.follow = bool(follow)
         self.client = dict(client or {})
         self.name = topic
         if self.start is not None and self.start < 0:
@@ -134,72 +142,131 @@ class KafkaSource(Source):
         missing = sorted(set(chosen) - set(parts))
         if missing:
             raise ValueError(f"kafka topic {self.topic!r} has no partition {missing}")
-        for p in chosen:
-            tp = TopicPartition(self.topic, p)
-            c.assign([tp])
-            begin = c.beginning_offsets([tp])[tp]
-            start = max(begin, self.start or 0)
+        tps = [TopicPartition(self.topic, p) for p in chosen]
+        starts = self._starts(c, tps)
+        tps = [tp for tp in tps if tp in starts]
+        if not tps:
+            return
+        if self.follow:
+            yield from self._tail(c, tps, starts)
+            return
+        ends, buffered = self._ends(c, tps, starts)
+        for tp in tps:
+            end = ends[tp] if self.end is None else min(ends[tp], self.end)
+            yield from self._read(c, tp, buffered[tp], end)
+
+    def _starts(self, c, tps) -> dict:
+        begins = c.beginning_offsets(tps)
+        starts = {}
+        for tp in tps:
+            start = max(begins[tp], self.start or 0)
             if self.start_time is not None:
                 found = c.offsets_for_times({tp: int(self.start_time * 1000)}).get(tp)
                 # Some brokers answer "no such message" with timestamp -1 instead of None.
                 if found is None or found.timestamp < 0:
                     continue
                 start = max(start, found.offset)
-            end = self.end
-            c.seek(tp, start)
-            yield from self._read(c, tp, end)
+            starts[tp] = start
+        return starts
 
-    def _read(self, c, tp, end: int | None) -> Iterator[dict | DeadLetter]:
-        # The end of a partition is "nothing more arrives" after the offset the broker
-        # reported when we reached it: some Kafka-protocol brokers report a low end offset.
-        reported_end = c.end_offsets([tp])[tp]
+    def _ends(self, c, tps, starts) -> tuple[dict, dict]:
+        """Each partition's end offset now, and the messages fetched to learn it.
+
+        The end is the larger of the listed end offset and the high-water mark of a first
+        fetch: some Kafka-protocol brokers (tansu) list an end offset below the real one,
+        but every fetch response carries the true high-water mark."""
+        listed = c.end_offsets(tps)
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, starts[tp])
+        buffered: dict = {tp: [] for tp in tps}
+        ends: dict = {}
+        last_data = time.monotonic()
+        while len(ends) < len(tps):
+            got = c.poll(timeout_ms=200)
+            now = time.monotonic()
+            for tp, msgs in got.items():
+                buffered[tp].extend(msgs)
+            if got:
+                last_data = now
+            for tp in tps:
+                hw = c.highwater(tp)
+                if hw is not None and tp not in ends:
+                    ends[tp] = max(hw, listed[tp])
+            if not got and now - last_data > 1.0:  # nothing to fetch: the listed end
+                for tp in tps:
+                    ends.setdefault(tp, listed[tp])
+        return ends, buffered
+
+    def _read(self, c, tp, buffered: list, end: int) -> Iterator[dict | DeadLetter]:
+        for m in buffered:
+            if m.offset >= end:
+                return
+            if self._past_end_time(m):
+                return
+            if self._wanted(m):
+                yield self._record(m)
+        nxt = buffered[-1].offset + 1 if buffered else None
+        c.assign([tp])
+        if nxt is not None:
+            c.seek(tp, nxt)
+            if nxt >= end:
+                return
+        elif c.position(tp) >= end:
+            return
         last_data = time.monotonic()
         while True:
             batch = c.poll(timeout_ms=200).get(tp, [])
             for m in batch:
-                if end is not None and m.offset >= end:
+                if m.offset >= end or self._past_end_time(m):
                     return
-                if self.end_time is not None and m.timestamp >= self.end_time * 1000:
-                    return
-                if self.start_time is not None and m.timestamp < self.start_time * 1000:
-                    continue
-                yield self._record(m)
+                if self._wanted(m):
+                    yield self._record(m)
             now = time.monotonic()
             if batch:
                 last_data = now
+                if batch[-1].offset + 1 >= end:
+                    return
                 continue
-            if c.position(tp) >= reported_end and now - last_data > 0.5:
+            if c.position(tp) >= end:
                 return
             if now - last_data > self.timeout_s:
                 raise TimeoutError(f"kafka {self.topic}[{tp.partition}]: nothing for "
-                                   f"{self.timeout_s} s before offset {reported_end}")
+                                   f"{self.timeout_s} s before offset {end}")
+
+    def _tail(self, c, tps, starts) -> Iterator[dict | DeadLetter]:
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, starts[tp])
+        done: set = set()
+        while len(done) < len(tps):
+            for tp, msgs in c.poll(timeout_ms=200).items():
+                for m in msgs:
+                    if tp in done:
+                        break
+                    if (self.end is not None and m.offset >= self.end) or \
+                            self._past_end_time(m):
+                        done.add(tp)
+                        c.pause(tp)
+                        break
+                    if self._wanted(m):
+                        yield self._record(m)
+
+    def _past_end_time(self, m) -> bool:
+        return self.end_time is not None and m.timestamp >= self.end_time * 1000
+
+    def _wanted(self, m) -> bool:
+        return self.start_time is None or m.timestamp >= self.start_time * 1000
 
     def _record(self, m) -> dict | DeadLetter:
         where = {"topic": m.topic, "partition": m.partition, "offset": m.offset}
         try:
-            record = json.loads(m.value)
-        except (TypeError, ValueError):
-            return DeadLetter(raw=m.value, reason="invalid JSON", origin=where)
-        if not isinstance(record, dict):
-            return DeadLetter(raw=m.value, reason="message is not a JSON object", origin=where)
-        try:
-            if self.value != "value":
-                record["value"] = get_field(record, self.value)
-            if self.key is not None:
-                record["key"] = get_field(record, self.key)
-            elif "key" not in record and m.key is not None:
-                record["key"] = m.key.decode("utf-8", errors="replace")
-            if self.ts is not None:
-                record["ts"] = get_field(record, self.ts)
-            elif "ts" not in record and m.timestamp is not None and m.timestamp >= 0:
-                record["ts"] = m.timestamp / 1000
-        except ValueError as exc:
-            return DeadLetter(raw=m.value, reason=str(exc), origin=where)
-        if isinstance(record.get("ts"), float) and not math.isfinite(record["ts"]):
-            return DeadLetter(raw=m.value, reason="ts is not finite", origin=where)
-        meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
-        record["meta"] = {**meta, "kafka": {**where, "timestamp": m.timestamp}}
-        return record
+            return decode_record(m.value, m.key, value=self.value, key=self.key, ts=self.ts,
+                                 timestamp_ms=m.timestamp,
+                                 meta={"kafka": {**where, "timestamp": m.timestamp}})
+        except BadInput as exc:
+            return DeadLetter(raw=m.value if m.value is not None else b"", reason=str(exc),
+                              origin=where)
 
     def close(self) -> None:
         if self._consumer is not None:

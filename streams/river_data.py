@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from shiftwatch.operators.base import DeadLetter
+from shiftwatch.operators.records import DeadLetter
 from shiftwatch.streams.base import Source
 
 __all__ = ["RiverDriftSource", "RiverDatasetSource", "drift_dataset_names",

@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from shiftwatch.streams.base import Source
 
@@ -326,6 +325,8 @@ class WishartSPDStream(_Synthetic):
         self.annotations = {"truth": list(self._bounds)}
 
     def __iter__(self) -> Iterator[dict]:
+        from scipy import stats  # only this generator needs SciPy
+
         rng = np.random.default_rng(self.seed)
         if self.scale_seed is None:
             scales = random_spd_scale(rng, self.dim, self.c)[:2]  # drawn first from `seed`

@@ -16,7 +16,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from shiftwatch.deploy.kafka_changelog import checkpoints_in
 from shiftwatch.deploy.local import Pipeline
 from shiftwatch.operators import create
-from shiftwatch.operators.base import dumps_state, loads_state
+from shiftwatch.operators.state_codec import dumps_state, loads_state
 
 ROOT = Path(__file__).resolve().parents[2]
 

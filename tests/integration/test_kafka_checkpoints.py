@@ -13,7 +13,7 @@ from collections import namedtuple
 from shiftwatch.deploy.kafka_changelog import restore
 from shiftwatch.deploy.kafka_stage import StageRunner
 from shiftwatch.deploy.pipeline import parse_pipeline
-from shiftwatch.operators.base import dumps_state
+from shiftwatch.operators.state_codec import dumps_state
 
 TP = namedtuple("TP", "topic partition")
 Msg = namedtuple("Msg", "topic partition offset key value timestamp")
@@ -95,6 +95,7 @@ def _runner(chunk_bytes: int = 64, operators=("standardize", "river:ADWIN")):
                     "value": "temp", "operators": [{"operator": o} for o in operators]}]})
     r = StageRunner(cfg, cfg.stages[0])
     r._producer, r._consumer = FakeProducer(), FakeConsumer()
+    r.checkpointer.producer, r.checkpointer.consumer = r._producer, r._consumer
     return r
 
 
@@ -121,7 +122,8 @@ def _key_entries(log, since):
 
 
 def _states(task):
-    return [{k: dumps_state(s) for k, s in op.state_dict()["keys"].items()} for op in task.ops]
+    return [{k: dumps_state(s) for k, s in op.state_dict()["keys"].items()}
+            for op in task.executor.operators]
 
 
 def test_checkpoint_writes_only_changed_keys_and_restores_exactly():
@@ -129,12 +131,12 @@ def test_checkpoint_writes_only_changed_keys_and_restores_exactly():
     task = runner._new_task(0)
     runner._tasks[0] = task
     off = _feed(runner, task, _recs(["a", "b", "c"], 60), 0)
-    runner._checkpoint([0])
+    runner.checkpointer.checkpoint([0])
     assert _key_entries(runner._producer.log, 0) == {(i, k) for i in (0, 1) for k in "abc"}
     first = _states(task)
     mark = len(runner._producer.log)
     off = _feed(runner, task, _recs(["b"], 10, seed=3), off)
-    runner._checkpoint([0])
+    runner.checkpointer.checkpoint([0])
     assert _key_entries(runner._producer.log, mark) == {(0, "b"), (1, "b")}  # only b changed
     assert runner._consumer.committed == {0: off}
     r = restore(runner._producer.log, "in", 0)
@@ -146,7 +148,7 @@ def test_checkpoint_writes_only_changed_keys_and_restores_exactly():
     # A fresh runner restores the same state and goes on exactly like the original.
     other = _runner()
     t2 = other._new_task(0)
-    other._load(t2, r)
+    other.checkpointer.load(t2, r)
     assert _states(t2) == _states(task)
     more = _recs(["a", "d"], 20, seed=5)
     _feed(runner, task, more, off)
@@ -161,12 +163,12 @@ def test_entries_without_marker_are_ignored_then_deleted():
     task = runner._new_task(0)
     off = _feed(runner, task, _recs(["a", "b"], 40), 0)
     runner._tasks[0] = task
-    runner._checkpoint([0])
+    runner.checkpointer.checkpoint([0])
     committed = _states(task)
     committed_off = off
     # Checkpoint 2 changes a and creates "ghost"; its marker never reaches the broker.
     off = _feed(runner, task, _recs(["a", "ghost"], 30, seed=1), off)
-    assert runner._snapshot(task)
+    assert runner.checkpointer._snapshot(task)
     assert task.pendings[-1].id == 2  # entries sent; the marker is not
     log = list(runner._producer.log)
     assert not any(k.endswith(b"/m") for k, _ in log[-5:])
@@ -178,19 +180,19 @@ def test_entries_without_marker_are_ignored_then_deleted():
     # marker, and numbers that checkpoint above them.
     again = _runner(chunk_bytes=40)
     t2 = again._new_task(0)
-    again._load(t2, r)
+    again.checkpointer.load(t2, r)
     again._tasks[0] = t2
     again._producer.log = log
     replay = _recs(["b"], 5, seed=9)  # touches neither a nor ghost
     off2 = _feed(again, t2, replay, committed_off)
-    again._checkpoint([0])
+    again.checkpointer.checkpoint([0])
     r2 = restore(again._producer.log, "in", 0)
     assert (r2.id, r2.offset) == (3, off2)
     assert r2.states == _states(t2)
     assert "ghost" not in r2.states[0] and not r2.junk
     # A second crash before a marker, then a restore, still finds checkpoint 3.
     _feed(again, t2, _recs(["ghost"], 3), off2)
-    assert again._snapshot(t2)
+    assert again.checkpointer._snapshot(t2)
     assert restore(again._producer.log, "in", 0).id == 3
 
 
@@ -199,7 +201,7 @@ def test_restore_refuses_a_marker_whose_entries_are_missing():
     task = runner._new_task(0)
     runner._tasks[0] = task
     _feed(runner, task, _recs(["a", "b"], 20), 0)
-    runner._checkpoint([0])
+    runner.checkpointer.checkpoint([0])
     log = [(k, v) for k, v in runner._producer.log if b"/k/0/" not in k or b"/a" not in k]
     try:
         restore(log, "in", 0)
@@ -217,7 +219,7 @@ def test_list_keys_and_unhashable_keys():
             {"sensor": "y", "temp": 3.0}]
     msgs = [Msg("in", 0, i, None, json.dumps(r).encode(), 0) for i, r in enumerate(recs)]
     runner._process(TP("in", 0), task, msgs)
-    runner._checkpoint([0])
+    runner.checkpointer.checkpoint([0])
     r = restore(runner._producer.log, "in", 0)
     assert r.states == _states(task)
     assert len(r.states[0]) == 2
@@ -236,22 +238,22 @@ def test_checkpoints_in_flight_never_overwrite_each_other():
     snapshots = {}
     for n in range(3):
         off = _feed(runner, task, _recs(["a", "b"][: n + 1], 10, seed=n), off)
-        assert runner._snapshot(task)
-        runner._advance(task)  # nothing acknowledged: returns at once
+        assert runner.checkpointer._snapshot(task)
+        runner.checkpointer.advance(task)  # nothing acknowledged: returns at once
         snapshots[task.checkpoint_id] = (off, _states(task))
     assert len(task.pendings) == 3
     assert [p.flips[(0, "a")] for p in task.pendings] == [0, 1, 2]
     assert not producer.log  # nothing reached the broker yet
     # Acknowledge everything sent up to snapshot 2's entries: marker 1 then goes out.
     producer.ack()
-    runner._advance(task)  # sends marker 1 (needs its ack next)
+    runner.checkpointer.advance(task)  # sends marker 1 (needs its ack next)
     assert restore(producer.log, "in", 0) is None
     producer.ack()
-    runner._advance(task)  # commits 1, sends marker 2
+    runner.checkpointer.advance(task)  # commits 1, sends marker 2
     r = restore(producer.log, "in", 0)
     assert (r.id, r.offset) == (1, snapshots[1][0]) and r.states == snapshots[1][1]
     producer.ack()
-    runner._advance(task)  # commits 2, sends marker 3
+    runner.checkpointer.advance(task)  # commits 2, sends marker 3
     r = restore(producer.log, "in", 0)
     assert (r.id, r.offset, r.states) == (2, *snapshots[2])
     assert runner._consumer.committed == {0: snapshots[2][0]}
@@ -259,11 +261,11 @@ def test_checkpoints_in_flight_never_overwrite_each_other():
     assert len(task.pendings) == 1 and task.slots[(0, "a")] == 1
     assert r.junk and r.next_id == 4
     producer.ack()
-    runner._advance(task)
+    runner.checkpointer.advance(task)
     r = restore(producer.log, "in", 0)
     assert (r.id, r.offset, r.states) == (3, *snapshots[3])
     assert not task.pendings and task.slots[(0, "a")] == 2
     # The next version of a goes to a slot other than 2.
     off = _feed(runner, task, _recs(["a"], 5), off)
-    runner._snapshot(task)
+    runner.checkpointer._snapshot(task)
     assert task.pendings[-1].flips == {(0, "a"): 0}

@@ -35,7 +35,8 @@ def test_replay_kafka_history_equals_replay_of_the_file(kafka_bootstrap, tmp_pat
                             value="temp"))
     assert sorted(r["ts"] for r in late if isinstance(r, dict)) == \
         [r["ts"] for r in records[300:]]
-    first = list(open_source(f"kafka:{name}?bootstrap={kafka_bootstrap}&end=10&partitions=0"))
+    first = list(open_source(f"kafka:{name}?bootstrap={kafka_bootstrap}&end=10&partitions=0",
+                             value="temp"))
     assert [r["meta"]["kafka"]["offset"] for r in first] == list(range(10))
 
     # The same evaluation as on a file.
@@ -58,3 +59,35 @@ def test_replay_kafka_history_equals_replay_of_the_file(kafka_bootstrap, tmp_pat
 
     assert per_key(out_k) == per_key(out_f)
     assert len((out_k / "dead_letters.jsonl").read_text().splitlines()) == 1
+
+
+def test_replay_of_a_live_topic_stops_at_the_end_it_found_and_follow_tails(kafka_bootstrap):
+    """The history source stops at the end offsets of when it started reading, even while
+    more records arrive; with follow=true it reads on."""
+    name = unique()
+    create_topics(kafka_bootstrap, 2, name)
+    first = sensor_records(200, keys=4, seed=7)
+    more = sensor_records(100, keys=4, seed=8, start=1000)
+    produce(kafka_bootstrap, name, first)
+    src = open_source(f"kafka:{name}?bootstrap={kafka_bootstrap}", value="temp", key="sensor")
+    got = []
+    for i, r in enumerate(src):
+        got.append(r)
+        if i == 5:  # records written after the source opened are not part of the replay
+            produce(kafka_bootstrap, name, more)
+    src.close()
+    assert len(got) == len(first)
+    assert sorted(r["ts"] for r in got) == sorted(r["ts"] for r in first)
+
+    tail = open_source(f"kafka:{name}?bootstrap={kafka_bootstrap}&follow=true", value="temp",
+                       key="sensor")
+    seen = []
+    extra = sensor_records(50, keys=4, seed=9, start=5000)
+    for r in tail:
+        seen.append(r)
+        if len(seen) == len(first) + len(more):
+            produce(kafka_bootstrap, name, extra)  # tailing sees what comes next, too
+        if len(seen) == len(first) + len(more) + len(extra):
+            break
+    tail.close()
+    assert sorted(r["ts"] for r in seen) == sorted(r["ts"] for r in first + more + extra)

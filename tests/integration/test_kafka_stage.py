@@ -30,7 +30,7 @@ from shiftwatch.deploy.kafka_changelog import encode_entry, restore
 from shiftwatch.deploy.kafka_dedupe import dedupe
 from shiftwatch.deploy.kafka_stage import run_pipeline
 from shiftwatch.deploy.pipeline import load_pipeline
-from shiftwatch.operators.base import dumps_state, loads_state
+from shiftwatch.operators.state_codec import dumps_state, loads_state
 
 CHAIN = [("standardize", {"burn_in": 30}), ("river:ADWIN", {"delta": 0.01})]
 
@@ -203,7 +203,7 @@ def test_poison_records_reach_the_dlq(kafka_bootstrap, real_kafka, tmp_path):
     poison = [
         (b"s1", b"{not json", "invalid JSON"),
         (b"s1", b"[1, 2, 3]", "JSON list"),
-        (b"s2", b'{"sensor": "s2", "ts": 1, "v": "abc"}', "not a numeric array"),
+        (b"s2", b'{"sensor": "s2", "ts": 1, "v": "abc"}', "not a number"),
         (b"s0", b'{"sensor": "s0", "ts": 1, "v": [NaN, 1, 2]}', "NaN"),
         (b"s0", b'{"sensor": "s0", "ts": 1, "v": [1, 2]}', "shape"),
         (b"s1", b'{"sensor": "s1", "ts": 1, "v": [[1, 2], [3]]}', "numeric array"),
@@ -229,9 +229,10 @@ def test_poison_records_reach_the_dlq(kafka_bootstrap, real_kafka, tmp_path):
     by_raw = {base64.b64decode(d["raw_base64"]): d for d in dead}
     for _key, raw, reason in poison:
         d = by_raw[raw]
-        assert reason in d["error"], (reason, d["error"])
-        assert d["topic"] == f"{name}.in" and d["stage"] == "scale"
-        assert isinstance(d["partition"], int) and isinstance(d["offset"], int)
+        assert reason in d["reason"], (reason, d["reason"])
+        assert d["dead_letter"] is True and d["origin"]["topic"] == f"{name}.in"
+        assert isinstance(d["origin"]["partition"], int)
+        assert isinstance(d["origin"]["offset"], int)
 
 
 

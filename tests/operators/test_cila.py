@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from shiftwatch.operators import create, dumps_state, loads_state  # noqa: E402
-from shiftwatch.operators.base import BadInput  # noqa: E402
 from shiftwatch.operators.cila import CILA, adaptive_lambda  # noqa: E402
 from shiftwatch.operators.cila_losses import asymmetric_supcon, relation_distillation  # noqa: E402
+from shiftwatch.operators.records import BadInput  # noqa: E402
 
 SMALL = {"buffer_size": 12, "batch_size": 8, "hidden_sizes": [16], "embedding_dim": 8,
          "projection_dim": 8, "probe_epochs": 10, "seed": 3}
@@ -228,6 +230,36 @@ def test_threads_and_flush_mode_restored():
     CILA(**SMALL).process_batch(_tasks(1))
     assert torch.get_num_threads() == 2
     assert torch.tensor([1e-40]).mul_(1.0)[0] != 0  # subnormals are not flushed out here
+
+
+def test_importing_the_learners_does_not_import_torch():
+    code = ("import sys\n"
+            "import shiftwatch.operators, shiftwatch.operators.cila, "
+            "shiftwatch.operators.hare_tortoise\n"
+            "from shiftwatch.operators.registry import list_operators\n"
+            "names = {i.name for i in list_operators()}\n"
+            "assert {'cila', 'hare-tortoise'} <= names, names\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    # ... and constructing one does.
+    code = "import sys\nfrom shiftwatch.operators.cila import CILA\nCILA()\n" \
+           "print('torch' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
+def test_checkpoint_parameter_names_are_kept():
+    op = CILA(**SMALL, n_features=6)
+    state = op.state_dict()["state"]
+    assert list(state["encoder"]) == ["net.0.weight", "net.0.bias", "net.2.weight",
+                                      "net.2.bias"]
+    assert list(state["projector"]) == ["net.0.weight", "net.0.bias", "net.2.weight",
+                                        "net.2.bias"]
 
 
 # ---- state: resume equals uninterrupted ---------------------------------------------------

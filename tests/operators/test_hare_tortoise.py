@@ -288,7 +288,7 @@ def test_model_factory_must_return_a_module():
 
 
 def test_torch_state_codec_round_trips_dtypes():
-    from shiftwatch.operators.base import decode_state, encode_state
+    from shiftwatch.operators.state_codec import decode_state, encode_state
 
     for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.uint8,
                   torch.bool):

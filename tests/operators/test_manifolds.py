@@ -13,8 +13,8 @@ from geomstats.geometry.spd_matrices import (
     SPDMatrices,
 )
 
-from shiftwatch.operators.base import BadInput
 from shiftwatch.operators.manifolds import SPD, Grassmann, Sphere, manifold_from_spec
+from shiftwatch.operators.records import BadInput
 
 GEOMSTATS_METRIC = {"affine": SPDAffineMetric, "log-euclidean": SPDLogEuclideanMetric,
                     "bures-wasserstein": SPDBuresWassersteinMetric}

@@ -1,4 +1,5 @@
-"""operators/base.py: the state codec, the registry, Keyed, DeadLetter and record helpers."""
+"""The ground floor (records, state_codec, contract, registry, keyed, with_input): the state codec,
+the registry, Keyed, DeadLetter and record helpers."""
 
 from __future__ import annotations
 
@@ -9,24 +10,12 @@ import math
 import numpy as np
 import pytest
 
-import shiftwatch.operators.base
-from shiftwatch.operators.base import (
-    BadInput,
-    DeadLetter,
-    Keyed,
-    Operator,
-    as_array,
-    as_scalar,
-    create,
-    decode_state,
-    dumps_state,
-    encode_state,
-    get_field,
-    list_operators,
-    loads_state,
-    register,
-    registered_names,
-)
+import shiftwatch.operators.registry
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.keyed import Keyed
+from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
+from shiftwatch.operators.registry import create, list_operators, register, registered_names
+from shiftwatch.operators.state_codec import decode_state, dumps_state, encode_state, loads_state
 
 # ---- codec ---------------------------------------------------------------------------
 
@@ -98,7 +87,7 @@ def test_register_rejects_a_second_class_under_a_taken_name():
     with pytest.raises(ValueError, match="already registered"):
         register("test-dummy-op")(type("B", (Operator,), {}))
     assert "test-dummy-op" in registered_names()
-    shiftwatch.operators.base._REGISTRY.pop("test-dummy-op")
+    shiftwatch.operators.registry._REGISTRY.pop("test-dummy-op")
 
 
 def test_list_operators_shows_params_with_defaults():
@@ -216,7 +205,11 @@ def test_as_array_edge_cases():
 
 def test_every_public_name_of_the_operator_modules_imports():
     # The packages' own __all__ are checked in tests/test_package_exports.py.
-    for module in ["shiftwatch.operators.base", "shiftwatch.operators.object_state",
+    for module in ["shiftwatch.operators.records", "shiftwatch.operators.state_codec",
+                   "shiftwatch.operators.contract", "shiftwatch.operators.registry",
+                   "shiftwatch.operators.keyed", "shiftwatch.operators.with_input",
+                   "shiftwatch.operators.source_info", "shiftwatch.operators.manifold_samples",
+                   "shiftwatch.operators.object_state",
                    "shiftwatch.operators.river_adapter", "shiftwatch.operators.checks"]:
         mod = importlib.import_module(module)
         for name in mod.__all__:

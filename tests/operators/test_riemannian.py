@@ -7,9 +7,10 @@ import pytest
 from geomstats.geometry.spd_matrices import SPDAffineMetric, SPDMatrices
 
 from shiftwatch.operators import create
-from shiftwatch.operators.base import BadInput, DeadLetter, dumps_state, loads_state
 from shiftwatch.operators.manifolds import SPD, Grassmann
+from shiftwatch.operators.records import BadInput, DeadLetter
 from shiftwatch.operators.riemannian import KarcherDetector, calibrate_threshold
+from shiftwatch.operators.state_codec import dumps_state, loads_state
 from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
 
 

@@ -220,3 +220,59 @@ def test_parameters_are_validated(tmp_path):
         with pytest.raises(ValueError, match="annotations"):
             EvaluationSink(tmp_path, annotations=bad)
     EvaluationSink(tmp_path, annotations={"k": {"u": [np.int64(3), 4.0]}, "j": {}})
+
+
+# ---- "located at": change_at scored next to the alarms -----------------------------------
+
+
+def test_located_changes_are_scored_next_to_alarms(tmp_path):
+    from shiftwatch.sinks.evaluation import EvaluationSink as Sink
+
+    sink = Sink(tmp_path, annotations={"a": [50, 120]}, plots=True)
+    sink.open()
+    inputs = [{"key": "s", "offset": i, "value": float(i >= 50)} for i in range(200)]
+    # A dead-lettered input at offset 10 has no output: the detector counts 199 records, so
+    # its change_at 119 is position 120 in the key's series.
+    sink.write_inputs(inputs)
+    outs = []
+    for i in range(200):
+        if i == 10:
+            continue
+        o = {"key": "s", "offset": i, "alarm": i in (60, 140)}
+        if i == 60:
+            o["change_at"] = 50 - 1  # detector's 49th accepted record = position 50
+        if i == 140:
+            o["change_at"] = 119
+        outs.append(o)
+    sink.write(outs)
+    sink.close()
+    det = sink.report["keys"]["s"]["detector"]
+    assert det["f1"] < 1.0  # detected 10 and 20 records late: outside the margin
+    loc = det["location"]
+    assert loc["located"] == [50, 120] and loc["f1"] == 1.0 and loc["mean_abs_error"] == 0.0
+    summary = sink.report["summary"]
+    assert summary["located_f1"] == 1.0 and summary["location_error"] == 0.0
+    assert summary["f1"] == det["f1"]
+    assert any(p.endswith("series.png") for p in sink.report["plots"])
+
+
+def test_location_error_and_unmatched_locations(tmp_path):
+    from shiftwatch.sinks.evaluation import EvaluationSink as Sink
+    from shiftwatch.sinks.evaluation import evaluate_locations
+
+    r = evaluate_locations([40, 300], {"a": [50, 310]}, n=400)
+    assert r["errors"] == [10, 10] and r["mean_abs_error"] == 10.0 and r["f1"] < 1.0
+    assert evaluate_locations([40], None, n=100)["mean_abs_error"] is None
+    sink = Sink(tmp_path, annotations=[30], plots=False)
+    sink.open()
+    sink.write([{"key": 1, "offset": i, "alarm": i == 35, **({"change_at": 500} if i == 35
+                                                            else {})} for i in range(50)])
+    sink.close()
+    loc = sink.report["keys"]["1"]["detector"]["location"]
+    assert loc["located"] == [] and loc["unmatched_locations"] == 1
+    no_loc = Sink(tmp_path / "b", annotations=[30], plots=False)
+    no_loc.open()
+    no_loc.write([{"key": 1, "offset": i, "alarm": i == 35} for i in range(50)])
+    no_loc.close()
+    assert "location" not in no_loc.report["keys"]["1"]["detector"]
+    assert "located_f1" not in no_loc.report["summary"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shiftwatch import sinks
-from shiftwatch.operators.base import DeadLetter
+from shiftwatch.operators.records import DeadLetter
 from shiftwatch.sinks import (
     ConsoleAlarmSink,
     CsvSink,
@@ -209,8 +209,11 @@ def test_dead_letter_sink_file(tmp_path):
     assert lines[0] == {
         "dead_letter": True,
         "reason": "not a number",
+        "operator": None,
+        "key": None,
         "origin": {"file": "x", "line": 2},
         "raw": "1,abc",
+        "raw_base64": "MSxhYmM=",
     }
     assert lines[1]["reason"] == "not finite"
     assert lines[2]["raw"] == "2,?"

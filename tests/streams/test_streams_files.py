@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shiftwatch.operators.base import DeadLetter
+from shiftwatch.operators.records import DeadLetter
 from shiftwatch.streams.files import CsvSource, JsonlSource, parse_ts
 
 

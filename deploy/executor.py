@@ -1,0 +1,278 @@
+"""The stage executor: a stage's work on one micro-batch, the same for replay and Kafka.
+
+Where a record is ...
+
+* **decoded**: a file source (:mod:`shiftwatch.streams.files`) or, for Kafka messages,
+  :meth:`StageExecutor.admit` with :func:`shiftwatch.operators.codec.decode_record`
+  (the Kafka history source :mod:`shiftwatch.streams.kafka` uses the same function);
+* **validated and de-duplicated**: :meth:`StageExecutor.admit` (value check, then
+  :class:`~shiftwatch.deploy.kafka_dedupe.Deduper` on the input coordinates);
+* **processed**: :meth:`StageExecutor.process`, the keyed operator chain;
+* **dead-lettered**: :meth:`StageExecutor.dead_letter`, one schema
+  (:meth:`~shiftwatch.operators.records.DeadLetter.to_record`);
+* **written**: by the runner, each output encoded by
+  :func:`~shiftwatch.operators.codec.encode_record` (Kafka) or the same rule in the file sinks.
+
+The local runner (:class:`~shiftwatch.deploy.local.Pipeline`) and the Kafka stage
+(:class:`~shiftwatch.deploy.kafka_stage.StageRunner`) are loops around it that differ only in
+where records come from and where outputs, dead letters and checkpoints go. Outputs come in
+input order (the order of the records they came from), whatever grouping by key the operators
+do inside, and one :class:`RunSummary` counts what happened.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shiftwatch.deploy.kafka_dedupe import Deduper
+from shiftwatch.operators.codec import decode_record
+from shiftwatch.operators.keyed import Keyed
+from shiftwatch.operators.records import BadInput, DeadLetter
+
+__all__ = ["RunSummary", "StageExecutor", "Batch"]
+
+
+@dataclass
+class RunSummary:
+    """What a run or a stage did: the counters both runners keep and print.
+
+    ``records_in`` counts every input item (dead letters and duplicates included);
+    ``interrupted`` is True when a replay was stopped by Ctrl-C. The Kafka fields (``stage``,
+    ``checkpoints``, ``lag``, ``partitions``, ...) stay empty in a replay.
+    """
+
+    records_in: int = 0
+    outputs: int = 0
+    dead_letters: int = 0
+    duplicates_dropped: int = 0
+    alarms: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    sinks: dict[str, Any] = field(default_factory=dict)
+    stage: str | None = None
+    checkpoints: int = 0
+    last_checkpoint_unix: float | None = None
+    last_checkpoint_offsets: dict = field(default_factory=dict)
+    lag: int | None = None
+    recent_rate: float | None = None
+    partitions: list = field(default_factory=list)
+    started_unix: float = field(default_factory=time.time)
+
+    @property
+    def rate(self) -> float:
+        """Input records per second of wall time."""
+        return self.records_in / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        """Every counter as plain values (what a stage's metrics file holds)."""
+        d = asdict(self)
+        d["rate"] = self.rate
+        return d
+
+    def line(self) -> str:
+        """One human-readable summary line.
+
+        >>> RunSummary(records_in=10, outputs=9, dead_letters=1, seconds=2.0).line()
+        '10 records in 2.00 s (5/s), 9 outputs, 0 alarms, 1 dead letters'
+        """
+        rate = self.rate if self.recent_rate is None else self.recent_rate
+        s = (f"{self.records_in} records in {self.seconds:.2f} s ({rate:,.0f}/s), "
+             f"{self.outputs} outputs, {self.alarms} alarms, {self.dead_letters} dead letters")
+        if self.duplicates_dropped:
+            s += f", {self.duplicates_dropped} duplicates dropped"
+        if self.stage is not None:
+            ago = ("never" if self.last_checkpoint_unix is None
+                   else f"{time.time() - self.last_checkpoint_unix:.1f} s ago")
+            s = (f"stage {self.stage}: {s}, lag {self.lag if self.lag is not None else '?'}, "
+                 f"partitions {self.partitions}, last checkpoint {ago}")
+        return s + (" (interrupted: partial results written)" if self.interrupted else "")
+
+
+@dataclass
+class Batch:
+    """What :meth:`StageExecutor.process` made of a micro-batch.
+
+    ``inputs`` are the records that reached the operators, ``outputs`` the last operator's
+    outputs in input order, ``dead_letters`` the dead-letter records (schema of
+    :meth:`~shiftwatch.operators.records.DeadLetter.to_record`) of the operators' rejections.
+    """
+
+    inputs: list[dict]
+    outputs: list[dict]
+    dead_letters: list[dict]
+
+
+class StageExecutor:
+    """One stage's work on micro-batches: admit (decode, validate, de-duplicate), the keyed
+    operator chain, dead letters, input-ordered outputs, counters.
+
+    Parameters
+    ----------
+    operators
+        The chain; each is wrapped in :class:`~shiftwatch.operators.keyed.Keyed` unless it
+        is one already (or ``keyed`` is False).
+    names
+        The operators' names for dead letters (default: each operator's ``name``).
+    value, key, ts
+        Fields of a message's JSON object holding the value, key and event time
+        (:func:`~shiftwatch.operators.codec.decode_record`); only :meth:`admit` uses them.
+    dedupe
+        Drop inputs whose ``input`` coordinates were seen (outputs a crashed upstream stage
+        produced again), keeping high-water marks in :attr:`deduper`.
+    summary
+        The counters to update (default: a new :class:`RunSummary`).
+
+    Examples
+    --------
+    >>> from shiftwatch.operators import create
+    >>> ex = StageExecutor([create("standardize", burn_in=2)])
+    >>> items = [ex.admit(m, None, {"offset": i}, i) for i, m in
+    ...          enumerate([b'{"key": "a", "value": 1}', b'{"key": "b", "value": 5}', b"{x",
+    ...                     b'{"key": "a", "value": 3}', b'{"key": "a", "value": 2}'])]
+    >>> [ex.dead_letter(i)["reason"] for i in items if isinstance(i, DeadLetter)]
+    ['invalid JSON: Expecting property name enclosed in double quotes at column 2']
+    >>> batch = ex.process([i for i in items if isinstance(i, dict)])
+    >>> [(o["key"], o["offset"], round(o["value"], 3)) for o in batch.outputs]
+    [('a', 0, 0.0), ('b', 1, 0.0), ('a', 3, 0.707), ('a', 4, 0.0)]
+    >>> ex.summary.records_in, ex.summary.outputs, ex.summary.dead_letters
+    (5, 4, 1)
+    """
+
+    def __init__(self, operators: Sequence, names: Sequence[str] | None = None,
+                 value: str = "value", key: str | None = None, ts: str | None = None,
+                 dedupe: bool = False, summary: RunSummary | None = None, keyed: bool = True):
+        self.operators = [op if (isinstance(op, Keyed) or not keyed) else Keyed(op)
+                          for op in operators]
+        self.names = list(names) if names is not None else [
+            _name(op) for op in self.operators]
+        self.value = value
+        self.key = key
+        self.ts = ts
+        self.dedupe = dedupe
+        self.summary = summary if summary is not None else RunSummary()
+        self.deduper = Deduper()
+
+    # ---- admit: decode, validate, de-duplicate ------------------------------------------
+
+    def admit(self, data: bytes | None, message_key: bytes | None, origin: dict, offset: int,
+              timestamp_ms: int | None = None) -> dict | DeadLetter | None:
+        """Decode and check one message: the record (with ``offset``), a
+        :class:`DeadLetter` (route it with :meth:`dead_letter`), or None for a duplicate.
+
+        ``origin`` says where the message is (``{"topic", "partition", "offset"}``); it goes
+        into dead letters and, as ``meta.kafka``, into the record. Counts the input.
+        """
+        self.summary.records_in += 1
+        meta = None
+        if "topic" in origin:
+            meta = {"kafka": {**origin, "timestamp": timestamp_ms}}
+        try:
+            record = decode_record(data, message_key, value=self.value, key=self.key,
+                                   ts=self.ts, timestamp_ms=timestamp_ms, meta=meta)
+        except BadInput as exc:
+            return DeadLetter(raw=data if data is not None else b"", reason=str(exc),
+                              origin=dict(origin))
+        if self.dedupe and not self.deduper.admit(record):
+            self.summary.duplicates_dropped += 1
+            return None
+        record["offset"] = offset
+        return record
+
+    def count_inputs(self, n: int) -> None:
+        """Count ``n`` input items that came in already decoded (the local runner)."""
+        self.summary.records_in += n
+
+    # ---- the operator chain -------------------------------------------------------------
+
+    def process(self, records: list[dict], origins: Mapping[int, dict] | None = None,
+                raws: Mapping[int, Any] | None = None, dirty: list[set] | None = None
+                ) -> Batch:
+        """Run ``records`` (each with a distinct ``offset``) through the operator chain.
+
+        Rejections become dead-letter records whose ``origin`` is ``origins[offset]`` (default
+        ``{"offset": offset}``) and whose ``raw`` is ``raws[offset]`` (default: the record
+        the operator got). Outputs come in the order of the records they came from. Counts
+        outputs, alarms and dead letters. With ``dirty``, ``dirty[i]`` gains the keys of the
+        records operator ``i`` got (what the next checkpoint must write).
+
+        An exception other than :class:`~shiftwatch.operators.records.BadInput` from an
+        operator propagates; the operators' state may then hold part of the batch.
+        """
+        inputs = records
+        position = {r.get("offset"): i for i, r in enumerate(records)}
+        dead: list[dict] = []
+        for i, op in enumerate(self.operators):
+            if dirty is not None:
+                dirty[i] |= self.dirty_keys(records)
+            outs = op.process_batch(records)
+            records = []
+            for o in outs:
+                if isinstance(o, DeadLetter):
+                    dead.append(self._operator_dead_letter(o, self.names[i], origins, raws))
+                else:
+                    records.append(o)
+        if len(self.operators) and _grouped(records):
+            # Keyed groups by key: back to input order (per key the order is unchanged), so
+            # each upstream partition's offsets increase along every output partition.
+            end = len(position)
+            records.sort(key=lambda o: position.get(o.get("offset"), end))
+        s = self.summary
+        s.outputs += len(records)
+        s.alarms += sum(1 for r in records if r.get("alarm"))
+        return Batch(inputs=inputs, outputs=records, dead_letters=dead)
+
+    def _operator_dead_letter(self, item: DeadLetter, name: str, origins, raws) -> dict:
+        off = item.origin.get("offset")
+        origin = origins.get(off) if origins is not None else None
+        raw = raws.get(off, item.raw) if raws is not None else item.raw
+        if isinstance(raw, Mapping):  # the record as the operator got it, without the
+            raw = {k: v for k, v in raw.items() if k != "offset"}  # runtime's coordinate
+        key = item.origin.get("key")
+        return self.dead_letter(DeadLetter(raw=raw, reason=item.reason, origin={
+            **(origin if origin is not None else {"offset": off}),
+            "operator": item.origin.get("operator") or name, "key": key}))
+
+    # ---- dead letters -------------------------------------------------------------------
+
+    def dead_letter(self, item: DeadLetter) -> dict:
+        """The dead-letter record of ``item`` (one schema for files and topics); counted."""
+        s = self.summary
+        s.dead_letters += 1
+        short = item.reason.split(":")[0][:60]
+        s.dead_letter_reasons[short] = s.dead_letter_reasons.get(short, 0) + 1
+        return item.to_record()
+
+    # ---- checkpoint support --------------------------------------------------------------
+
+    def dirty_keys(self, records: Iterable[Mapping]) -> set:
+        """The keys (as :class:`Keyed` stores them) of ``records``; unhashable ones skipped."""
+        out: set = set()
+        for r in records:
+            try:
+                out.add(Keyed.normalize_key(r.get("key")))
+            except TypeError:
+                pass
+        return out
+
+
+def _name(op: Any) -> str:
+    inner = getattr(op, "operator", None) if isinstance(op, Keyed) else None
+    for cand in (inner, op):
+        name = getattr(cand, "name", None)
+        if isinstance(name, str) and name:
+            return name
+    return type(op).__name__
+
+
+def _grouped(records: list[dict]) -> bool:
+    prev = -1
+    for r in records:
+        off = r.get("offset")
+        if not isinstance(off, int) or off < prev:
+            return True
+        prev = off
+    return False

@@ -1,0 +1,184 @@
+"""Bytes <-> records: the one decoding of a JSON message and the one encoding of an output.
+
+Ground floor, like :mod:`shiftwatch.operators.records` (the only shiftwatch module it imports),
+so sources (:mod:`shiftwatch.streams`), sinks and the runtime all decode and encode the same way:
+
+* :func:`parse_object` -- JSON text or bytes -> a mapping, or :class:`BadInput` saying why not;
+* :func:`as_value` -- the one check of a record's ``value`` (a finite number, or a numeric
+  array as nested lists);
+* :func:`decode_record` -- a Kafka message (value bytes, key bytes, timestamp) -> a record;
+* :func:`jsonable`, :func:`dumps_record`, :func:`encode_record` -- one rule for values JSON
+  cannot hold: NumPy scalars and arrays become numbers and lists, NaN and infinities ``null``,
+  bytes UTF-8 text, tuples lists, anything else its ``repr``. Compact separators, so a record
+  encodes to the same bytes in a replay's ``outputs.jsonl`` and on a Kafka topic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
+
+__all__ = ["parse_object", "as_value", "decode_record", "jsonable", "dumps_record",
+           "encode_record"]
+
+_DECODER = json.JSONDecoder()
+
+
+def parse_object(data: bytes | bytearray | str | None) -> dict:
+    """The JSON object ``data`` holds, or raise :class:`BadInput` saying why not.
+
+    >>> parse_object(b'{"v": 1}')
+    {'v': 1}
+    >>> parse_object('{oops')
+    Traceback (most recent call last):
+    ...
+    shiftwatch.operators.records.BadInput: invalid JSON: Expecting property name enclosed in \
+double quotes at column 2
+    >>> parse_object("[1, 2]")
+    Traceback (most recent call last):
+    ...
+    shiftwatch.operators.records.BadInput: record is a JSON list, not an object
+    """
+    if data is None:
+        raise BadInput("message has no value (a tombstone)")
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadInput("message is not UTF-8 text") from None
+    try:
+        obj = _DECODER.decode(data)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(obj, dict):
+        raise BadInput(f"record is a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def as_value(raw: Any, name: str = "value") -> float | list:
+    """A record's value checked: a finite float, or a finite numeric array as nested lists.
+
+    ``name`` is the field it came from (for the reason of a :class:`BadInput`).
+
+    >>> as_value("2.5"), as_value([1, 2])
+    (2.5, [1.0, 2.0])
+    >>> as_value(float("nan"), "temp")
+    Traceback (most recent call last):
+    ...
+    shiftwatch.operators.records.BadInput: temp is not finite: nan
+    """
+    if isinstance(raw, list):
+        return as_array(raw, name=name).tolist()
+    return as_scalar(raw, name)
+
+
+def decode_record(data: bytes | bytearray | str | None, message_key: bytes | None = None, *,
+                  value: str = "value", key: str | None = None, ts: str | None = None,
+                  timestamp_ms: int | None = None, meta: Mapping | None = None) -> dict:
+    """The record a Kafka message holds, or raise :class:`BadInput` saying why not.
+
+    The message's JSON object keeps all its fields; then ``value`` is set from the field
+    ``value`` names (checked by :func:`as_value`), ``key`` from the field ``key`` names
+    (default: the record's own ``key``, else the message key), ``ts`` from the field ``ts``
+    names (default: the record's own ``ts``, else the message timestamp in seconds), and
+    ``meta`` (e.g. ``{"kafka": {topic, partition, offset, timestamp}}``) is merged into the
+    record's ``meta``.
+
+    >>> decode_record(b'{"temp": 3, "sensor": "s1", "ts": 5}', None, value="temp", key="sensor")
+    {'temp': 3, 'sensor': 's1', 'ts': 5.0, 'value': 3.0, 'key': 's1'}
+    >>> decode_record(b'{"value": [1, 2]}', b"k", timestamp_ms=1500)
+    {'value': [1.0, 2.0], 'ts': 1.5, 'key': 'k'}
+    """
+    record = parse_object(data)
+    if ts is not None:
+        record["ts"] = as_scalar(get_field(record, ts), "ts")
+    elif "ts" in record:
+        record["ts"] = as_scalar(record["ts"], "ts")
+    elif timestamp_ms is not None and timestamp_ms >= 0:
+        record["ts"] = timestamp_ms / 1000
+    record["value"] = as_value(get_field(record, value), value)
+    if key is not None:
+        k = get_field(record, key, None)
+        if k is None and message_key is not None:
+            k = message_key.decode("utf-8", errors="replace")
+        if isinstance(k, dict):
+            raise BadInput("key is an object; keys must be strings, numbers or lists")
+        record["key"] = k
+    elif "key" not in record and message_key is not None:
+        record["key"] = message_key.decode("utf-8", errors="replace")
+    if meta:
+        old = record.get("meta")
+        record["meta"] = {**(old if isinstance(old, dict) else {}), **meta}
+    return record
+
+
+def jsonable(obj: Any) -> Any:
+    """Return ``obj`` as plain JSON values: NumPy types converted, NaN and infinities as None.
+
+    Tuples and arrays become lists, mapping keys become strings, dead letters become their
+    record, bytes their UTF-8 text, and anything else unknown becomes its ``repr``. The
+    result always passes ``json.dumps(..., allow_nan=False)``.
+
+    Examples
+    --------
+    >>> jsonable({"x": np.float32(0.5), "v": np.arange(3), "s": float("nan"), 1: (True,)})
+    {'x': 0.5, 'v': [0, 1, 2], 's': None, '1': [True]}
+    """
+    if obj is None or isinstance(obj, (str, bool)):
+        return obj
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        return x if math.isfinite(x) else None
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, Mapping):
+        return {(k if isinstance(k, str) else _key_text(k)): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, DeadLetter):
+        return jsonable(obj.to_record())
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj).decode("utf-8", errors="replace")
+    if isinstance(obj, np.generic):
+        return jsonable(obj.item())
+    return repr(obj)
+
+
+def _key_text(key: Any) -> str:
+    # Record keys may be ints or (from JSON) lists; reports index by a stable string.
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (tuple, list)):
+        return json.dumps(jsonable(key))
+    return str(jsonable(key))
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def dumps_record(record: Any) -> str:
+    """One line of compact JSON for ``record`` (the :func:`jsonable` rule for other values).
+
+    >>> dumps_record({"key": "a", "statistic": float("nan"), "v": np.array([1.5])})
+    '{"key":"a","statistic":null,"v":[1.5]}'
+    """
+    return _ENCODER.encode(jsonable(record))
+
+
+def encode_record(record: Any) -> bytes:
+    """:func:`dumps_record` as UTF-8 bytes: the value of a Kafka message.
+
+    >>> encode_record({"key": "a", "alarm": np.bool_(True)})
+    b'{"key":"a","alarm":true}'
+    """
+    return dumps_record(record).encode("utf-8")

@@ -1,0 +1,188 @@
+"""Keyed: one operator state per record key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.records import BadInput, DeadLetter
+
+__all__ = ["Keyed"]
+
+
+class Keyed(Operator):
+    """One independent operator per record ``key``, created on first sight of the key.
+
+    Parameters
+    ----------
+    operator
+        A template operator (it is cloned for every new key and never used itself) or a
+        zero-argument factory returning a fresh operator.
+
+    Notes
+    -----
+    :meth:`process_batch` groups the batch by key and hands each group to the per-key
+    operator's own ``process_batch`` (so batch kernels run over the whole group). Its
+    outputs come grouped by key, keys in order of first appearance, each key's outputs in
+    input order: the same outputs as :meth:`process` in a loop, except for the interleaving
+    of different keys, which carries no meaning because keys are independent. A record
+    without a ``key`` belongs to the key ``None``; a list key is used as a tuple, and a key
+    that cannot be hashed (a JSON object) makes the record a dead letter. A key is kept only
+    once one of its records was accepted, so bad records do not grow the state.
+
+    Examples
+    --------
+    >>> from shiftwatch.operators.contract import Operator
+    >>> from shiftwatch.operators.keyed import Keyed
+    >>> class Count(Operator):
+    ...     def __init__(self):
+    ...         self._reset()
+    ...     def _reset(self):
+    ...         self._n = 0
+    ...     def process(self, record):
+    ...         self._n += 1
+    ...         return [self._output(record, n=self._n)]
+    >>> keyed = Keyed(Count)
+    >>> [o["n"] for o in keyed.process_batch(
+    ...     [{"key": "a"}, {"key": "b"}, {"key": "a"}])]
+    [1, 2, 1]
+    >>> sorted(keyed.state_dict()["keys"])
+    ['a', 'b']
+    """
+
+    name = "keyed"
+
+    def __init__(self, operator: Operator | Callable[[], Operator]):
+        self.operator = operator
+        self._reset()
+
+    def _reset(self) -> None:
+        self._ops: dict[Any, Operator] = {}
+
+    def _new(self) -> Operator:
+        op = self.operator
+        return op.clone() if isinstance(op, Operator) else op()
+
+    def get(self, key: Any) -> Operator:
+        """The operator for ``key``, created if new."""
+        op = self._ops.get(key)
+        if op is None:
+            op = self._ops[key] = self._new()
+        return op
+
+    @property
+    def keys(self) -> list:
+        """The keys seen so far (with at least one accepted record)."""
+        return list(self._ops)
+
+    def existing(self, key: Any) -> Operator | None:
+        """The operator of ``key`` if the key exists, else None (nothing is created)."""
+        return self._ops.get(key)
+
+    @staticmethod
+    def normalize_key(key: Any) -> Any:
+        """The key as stored: JSON lists become tuples (hashable)."""
+        return _key_of(key)
+
+    @staticmethod
+    def key_name(key: Any) -> str:
+        """The string a key is stored under in :meth:`state_dict` (and in changelogs)."""
+        return _key_str(key)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def process(self, record: Mapping) -> list[dict]:
+        key = _key_of(record.get("key") if isinstance(record, Mapping) else None)
+        op = self._ops.get(key)
+        if op is not None:
+            return op.process(record)
+        # A new key is kept only once a record for it was accepted: a bad record leaves the
+        # state (including the set of keys) untouched.
+        op = self._new()
+        out = op.process(record)
+        self._ops[key] = op
+        return out
+
+    def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
+        groups: dict[Any, list] = {}
+        for record in records:
+            if type(record) is dict:  # the common case, without the Mapping ABC check
+                key = record.get("key")
+            else:
+                key = record.get("key") if isinstance(record, Mapping) else None
+            if type(key) is list:
+                key = _key_of(key)
+            try:
+                group = groups.get(key)
+            except TypeError:  # an unhashable key, e.g. a JSON object
+                key = _BAD_KEY
+                group = groups.get(key)
+            if group is None:
+                group = groups[key] = []
+            group.append(record)
+        out: list[dict | DeadLetter] = []
+        ops = self._ops
+        for key, group in groups.items():
+            if key is _BAD_KEY:
+                out.extend(self._dead_letter(r, BadInput("key is not a string, number or list"))
+                           for r in group)
+                continue
+            op = ops.get(key)
+            if op is not None:
+                if len(group) == 1:
+                    # With many keys most groups hold one record: skip a process_batch call.
+                    try:
+                        out.extend(op.process(group[0]))
+                    except BadInput as exc:
+                        out.append(op._dead_letter(group[0], exc))
+                else:
+                    out.extend(op.process_batch(group))
+                continue
+            op = self._new()
+            res = op.process_batch(group)
+            # Every bad record gives exactly one dead letter: if all were bad, the operator
+            # is still fresh and the key is not kept.
+            if sum(isinstance(r, DeadLetter) for r in res) < len(group):
+                self._ops[key] = op
+            out.extend(res)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"operator": "keyed",
+                "keys": {_key_str(k): op.state_dict() for k, op in self._ops.items()}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if not isinstance(state, Mapping) or "keys" not in state:
+            raise ValueError("Keyed state_dict has no 'keys' entry")
+        self._reset()
+        for k, s in state["keys"].items():
+            op = self._new()
+            op.load_state_dict(s)
+            self._ops[_key_unstr(k)] = op
+
+    def _get_params(self) -> dict:
+        return {"operator": self.operator}
+
+
+_BAD_KEY = object()
+
+
+def _key_of(key: Any) -> Any:
+    # Keys from JSON may be (nested) lists; make them hashable.
+    return tuple(_key_of(k) for k in key) if isinstance(key, list) else key
+
+
+def _key_str(key: Any) -> str:
+    # Strings starting with NUL are JSON-encoded too, so they cannot pass for a tagged key.
+    if isinstance(key, str) and not key.startswith("\x00"):
+        return key
+    return "\x00json:" + json.dumps(key)
+
+
+def _key_unstr(s: str) -> Any:
+    if s.startswith("\x00json:"):
+        return _key_of(json.loads(s[6:]))
+    return s

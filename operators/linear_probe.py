@@ -1,0 +1,76 @@
+"""CILA's linear probe: softmax regression on L2-normalised encoder outputs, trained by plain
+gradient descent, that grows one output row per new class.
+
+Examples
+--------
+>>> from shiftwatch.operators.torch_nets import load_torch
+>>> torch = load_torch()
+>>> probe = LinearProbe(lr=0.5, dim=2)
+>>> probe.add_class(); probe.add_class()
+>>> feats = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+>>> probe.sgd(feats, torch.tensor([0, 1]), steps=20)
+>>> probe.logits(feats).argmax(1).tolist()
+[0, 1]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.operators.torch_nets import load_torch
+
+__all__ = ["LinearProbe"]
+
+
+class LinearProbe:
+    """Weights ``w`` ``(n_classes, dim)`` and bias ``b`` ``(n_classes,)``; scores are
+    ``feats @ w.T + b``.
+
+    It keeps no optimiser state, so a new class is one more zero row (:meth:`add_class`).
+    ``w`` and ``b`` are plain tensors that the owner reads and replaces (CILA's state_dict,
+    its cross-entropy baselines).
+    """
+
+    def __init__(self, lr: float, dim: int = 0, n_classes: int = 0) -> None:
+        torch = load_torch()
+        self.lr = lr
+        self.w = torch.zeros((n_classes, dim))
+        self.b = torch.zeros(n_classes)
+
+    def add_class(self) -> None:
+        """One more output, initialised at zero."""
+        torch = load_torch()
+        self.w = torch.cat([self.w, torch.zeros((1, self.w.shape[1]))])
+        self.b = torch.cat([self.b, torch.zeros(1)])
+
+    def logits(self, feats: Any, w: Any = None, b: Any = None) -> Any:
+        """Scores of ``feats`` under the probe (or under ``w``, ``b`` when given)."""
+        w = self.w if w is None else w
+        b = self.b if b is None else b
+        return feats @ w.T + b
+
+    def sgd(self, feats: Any, y: Any, steps: int, weights: Any = None) -> None:
+        """``steps`` full-batch gradient steps of the (sample-``weights``-ed) cross-entropy."""
+        # Closed-form softmax-regression gradient, no autograd.
+        torch = load_torch()
+        w, b = self.w, self.b
+        onehot = torch.nn.functional.one_hot(y, w.shape[0]).to(feats.dtype)
+        scale = (torch.full((len(y), 1), 1.0 / len(y)) if weights is None
+                 else (weights / weights.sum())[:, None])
+        for _ in range(steps):
+            p = torch.softmax(self.logits(feats, w, b), dim=1)
+            g = (p - onehot) * scale
+            w = w - self.lr * (g.T @ feats)
+            b = b - self.lr * g.sum(dim=0)
+        self.w, self.b = w, b
+
+    def refit(self, feats: Any, ys: np.ndarray, steps: int) -> None:
+        """Train from zero on ``feats`` with labels ``ys``, every class weighted equally."""
+        torch = load_torch()
+        counts = np.bincount(ys).astype(np.float32)
+        weights = torch.from_numpy(1.0 / counts[ys])
+        self.w = torch.zeros_like(self.w)
+        self.b = torch.zeros_like(self.b)
+        self.sgd(feats, torch.from_numpy(ys), steps, weights)

@@ -1,0 +1,292 @@
+"""Locating a change after an alarm: two-segment split statistics and a bounded value window.
+
+A detector says *when it noticed* a change; these functions say *where it began*. Given the
+values seen since the previous alarm (at most a bounded window of them), the change is placed
+at the split that best separates the values into two homogeneous segments:
+
+* :func:`mean_change_split` -- Hinkley's (1970) statistic for one change in mean,
+  ``tau = argmax_k k (n - k) / n * (mean(x[:k]) - mean(x[k:]))**2``, which is the
+  Gaussian likelihood-ratio split for a mean shift with a common variance (and the statistic
+  binary segmentation uses). O(n) with prefix sums. For a 2-D array (one column per
+  coordinate) the per-column statistics are divided by each column's variance and summed:
+  the likelihood ratio for independent coordinates.
+* :func:`variance_change_split` -- the Gaussian log-likelihood ratio of a change in mean and
+  variance, ``n log s2 - k log s2_left - (n - k) log s2_right`` with each segment's own mean
+  and (floored) variance; it finds a variance change the mean statistic cannot see.
+* :func:`locate_change` picks one of them by name.
+
+The returned index ``k`` is the first index of the second segment: the estimated position of
+the first changed value. :class:`ValueWindow` is the bounded ring buffer that keeps the recent
+values (and their ``ts``) with the stream position of each, so that an operator can turn the
+split index into a position in the key's stream; its state is plain JSON and NumPy values.
+
+References
+----------
+Hinkley, D. V. (1970). Inference about the change-point in a sequence of random variables.
+Biometrika 57(1), 1-17.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = [
+    "LOCATE_KINDS",
+    "ValueWindow",
+    "locate_change",
+    "mean_change_split",
+    "variance_change_split",
+]
+
+#: The split statistics :func:`locate_change` knows.
+LOCATE_KINDS = ("mean", "meanvar")
+
+
+def _as_2d(x: np.ndarray) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 1:
+        return arr[:, None]
+    if arr.ndim != 2:
+        raise ValueError(f"x must be a 1-D or 2-D array, got shape {arr.shape}")
+    return arr
+
+
+def mean_change_split(x: np.ndarray, min_size: int = 1) -> tuple[int, float]:
+    """The split of ``x`` that best separates two means, and its statistic.
+
+    Parameters
+    ----------
+    x
+        Values in stream order: a 1-D array, or 2-D with one column per coordinate.
+    min_size
+        Each segment holds at least this many values.
+
+    Returns
+    -------
+    (k, statistic)
+        ``k`` in ``[min_size, n - min_size]`` maximises ``k (n - k) / n * (mean(x[:k]) -
+        mean(x[k:]))**2`` (summed over columns, each divided by its variance); ties go to
+        the earliest ``k``. ``(0, 0.0)`` when ``x`` is too short to split.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.r_[rng.normal(0, 1, 60), rng.normal(2, 1, 40)]
+    >>> mean_change_split(x)[0]
+    60
+    """
+    arr = _as_2d(x)
+    n = arr.shape[0]
+    if min_size < 1:
+        raise ValueError(f"min_size must be >= 1, got {min_size!r}")
+    if n < 2 * min_size:
+        return 0, 0.0
+    # Centre first: prefix sums of raw values lose digits when the mean is far from zero.
+    arr = arr - arr.mean(axis=0)
+    csum = np.cumsum(arr, axis=0)
+    k = np.arange(min_size, n - min_size + 1)
+    left = csum[k - 1]
+    total = csum[-1]
+    kk = k[:, None].astype(np.float64)
+    # k (n-k)/n (mean_l - mean_r)^2 == n / (k (n-k)) * (S_k - k S_n / n)^2
+    diff = left - kk * total / n
+    stat = n * diff * diff / (kk * (n - kk))
+    if arr.shape[1] > 1:
+        var = arr.var(axis=0)
+        var = np.where(var > 0.0, var, np.inf)
+        stat = stat / var
+    score = stat.sum(axis=1)
+    i = int(np.argmax(score))
+    return int(k[i]), float(score[i])
+
+
+def variance_change_split(x: np.ndarray, min_size: int = 2) -> tuple[int, float]:
+    """The split of ``x`` with the largest Gaussian likelihood ratio (mean and variance change).
+
+    Parameters
+    ----------
+    x
+        Values in stream order: 1-D, or 2-D with one column per coordinate (coordinates
+        taken as independent: the log-likelihood ratios add).
+    min_size
+        Each segment holds at least this many values (>= 2, so that it has a variance).
+
+    Returns
+    -------
+    (k, statistic)
+        ``k`` maximises ``n log s2 - k log s2[:k] - (n - k) log s2[k:]`` where each ``s2`` is
+        the maximum-likelihood variance about its own segment's mean, floored at ``1e-12``
+        times the whole window's variance so that a constant segment cannot win by itself.
+        ``(0, 0.0)`` when ``x`` is too short.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(3)
+    >>> x = np.r_[rng.normal(0, 1, 150), rng.normal(0, 4, 150)]
+    >>> variance_change_split(x)[0]
+    153
+    """
+    arr = _as_2d(x)
+    n = arr.shape[0]
+    if min_size < 2:
+        raise ValueError(f"min_size must be >= 2, got {min_size!r}")
+    if n < 2 * min_size:
+        return 0, 0.0
+    arr = arr - arr.mean(axis=0)
+    c1 = np.cumsum(arr, axis=0)
+    c2 = np.cumsum(arr * arr, axis=0)
+    k = np.arange(min_size, n - min_size + 1)
+    kk = k[:, None].astype(np.float64)
+    s1l, s2l = c1[k - 1], c2[k - 1]
+    s1r, s2r = c1[-1] - s1l, c2[-1] - s2l
+    var_all = c2[-1] / n - (c1[-1] / n) ** 2
+    floor = np.maximum(var_all, 1e-300) * 1e-12
+    var_l = np.maximum(s2l / kk - (s1l / kk) ** 2, floor)
+    var_r = np.maximum(s2r / (n - kk) - (s1r / (n - kk)) ** 2, floor)
+    score = (n * np.log(np.maximum(var_all, floor)) - kk * np.log(var_l)
+             - (n - kk) * np.log(var_r)).sum(axis=1)
+    i = int(np.argmax(score))
+    return int(k[i]), float(score[i])
+
+
+def locate_change(x: np.ndarray, kind: str = "mean") -> int:
+    """The index of the first changed value of ``x`` (0 when ``x`` is too short to split).
+
+    ``kind`` is ``"mean"`` (:func:`mean_change_split`) or ``"meanvar"``
+    (:func:`variance_change_split`).
+
+    >>> locate_change([0.0, 0.1, -0.1, 0.0, 5.0, 5.1, 4.9])
+    4
+    """
+    if kind == "mean":
+        return mean_change_split(x)[0]
+    if kind == "meanvar":
+        return variance_change_split(x)[0]
+    raise ValueError(f"kind must be one of {', '.join(LOCATE_KINDS)}, got {kind!r}")
+
+
+class ValueWindow:
+    """The last ``capacity`` values of a stream with their positions (and ``ts``), bounded.
+
+    Position ``p`` is the ``p``-th value pushed since the window was created (0-based); the
+    window holds positions ``start .. count - 1``. :meth:`drop_before` forgets the values
+    before a position (after an alarm: keep only the post-change values), so a later
+    location search starts at the previous change.
+
+    Parameters
+    ----------
+    capacity
+        The most values held; older ones are overwritten.
+    dim
+        0 for scalar values, ``d`` for vectors of length ``d``.
+
+    Examples
+    --------
+    >>> w = ValueWindow(capacity=4)
+    >>> for i in range(6):
+    ...     w.push(float(i), ts=10.0 + i)
+    >>> w.values().tolist(), w.start, w.count
+    ([2.0, 3.0, 4.0, 5.0], 2, 6)
+    >>> w.drop_before(4); w.values().tolist(), w.ts_at(5)
+    ([4.0, 5.0], 15.0)
+    """
+
+    __slots__ = ("capacity", "dim", "_buf", "_ts", "_count", "_size", "_has_ts")
+
+    def __init__(self, capacity: int, dim: int = 0):
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
+                or capacity < 2:
+            raise ValueError(f"capacity must be an integer >= 2, got {capacity!r}")
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
+            raise ValueError(f"dim must be an integer >= 0, got {dim!r}")
+        self.capacity = int(capacity)
+        self.dim = int(dim)
+        shape = (self.capacity,) if self.dim == 0 else (self.capacity, self.dim)
+        self._buf = np.zeros(shape, dtype=np.float64)
+        self._ts = np.full(self.capacity, np.nan)
+        self._count = 0  # values pushed so far = the next value's position
+        self._size = 0   # values held
+        self._has_ts = False
+
+    @property
+    def count(self) -> int:
+        """How many values were pushed (the position of the next one)."""
+        return self._count
+
+    @property
+    def start(self) -> int:
+        """The position of the oldest value held."""
+        return self._count - self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def push(self, value, ts: float | None = None) -> None:
+        """Append one value (a float, or a length-``dim`` vector) and its ``ts`` if any."""
+        i = self._count % self.capacity
+        self._buf[i] = value
+        if ts is not None:
+            self._ts[i] = ts
+            self._has_ts = True
+        elif self._has_ts:
+            self._ts[i] = np.nan
+        self._count += 1
+        if self._size < self.capacity:
+            self._size += 1
+
+    def _order(self) -> np.ndarray:
+        return (np.arange(self.start, self._count) % self.capacity) if self._size else \
+            np.empty(0, dtype=np.int64)
+
+    def values(self) -> np.ndarray:
+        """The values held, oldest first (a copy)."""
+        return self._buf[self._order()]
+
+    def ts_at(self, position: int) -> float | None:
+        """The ``ts`` of a held position, or None (not held, or pushed without ``ts``)."""
+        if not self._has_ts or not self.start <= position < self._count:
+            return None
+        t = float(self._ts[position % self.capacity])
+        return None if t != t else t
+
+    def drop_before(self, position: int) -> None:
+        """Forget the values before ``position`` (clamped to the held range)."""
+        position = min(max(int(position), self.start), self._count)
+        self._size = self._count - position
+
+    def state_dict(self) -> dict:
+        """The held values in order, their ``ts`` (or None) and the position counter."""
+        order = self._order()
+        return {"capacity": self.capacity, "dim": self.dim, "count": self._count,
+                "values": self._buf[order].copy(),
+                "ts": self._ts[order].copy() if self._has_ts else None}
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping) -> ValueWindow:
+        """Rebuild a window from :meth:`state_dict` (ValueError if inconsistent)."""
+        try:
+            w = cls(int(state["capacity"]), int(state["dim"]))
+            values = np.asarray(state["values"], dtype=np.float64)
+            count = int(state["count"])
+            ts = state.get("ts")
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"bad ValueWindow state: {exc}") from None
+        size = values.shape[0] if values.ndim else 0
+        want = (size,) if w.dim == 0 else (size, w.dim)
+        if values.shape != want or size > w.capacity or not 0 <= size <= count:
+            raise ValueError(f"bad ValueWindow state: {size} values, count {count}")
+        w._count = count
+        w._size = size
+        idx = np.arange(count - size, count) % w.capacity
+        w._buf[idx] = values
+        if ts is not None:
+            ts_arr = np.asarray(ts, dtype=np.float64)
+            if ts_arr.shape != (size,):
+                raise ValueError("bad ValueWindow state: ts does not match values")
+            w._ts[idx] = ts_arr
+            w._has_ts = True
+        return w

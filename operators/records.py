@@ -1,0 +1,202 @@
+"""Records and dead letters: the values every package passes around.
+
+This is the ground floor: it imports nothing else from shiftwatch, and sources and sinks import
+nothing from :mod:`shiftwatch.operators` but this module.
+
+A record is a small JSON-serialisable mapping::
+
+    {"key": "sensor-17", "ts": 1712345678.25, "value": 0.3, "y": None, "task": None, "meta": {}}
+
+The runtime adds ``offset`` (the position of the record in its source or partition); operators
+copy ``key``, ``ts``, ``offset``, ``y`` and ``task`` into their outputs so that a downstream
+sink can score them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PASSTHROUGH_FIELDS", "BadInput", "DeadLetter", "get_field", "as_scalar", "as_array"]
+
+
+#: Fields that travel from an input record to the outputs it produces.
+PASSTHROUGH_FIELDS = ("key", "ts", "offset", "y", "task")
+
+
+# --------------------------------------------------------------------------------------
+# Bad input and dead letters
+# --------------------------------------------------------------------------------------
+
+
+class BadInput(ValueError):
+    """Raised by a source or an operator for one record it cannot take.
+
+    The operator's state is left exactly as it was before the record. The runner turns the
+    exception into a :class:`DeadLetter` and goes on with the next record.
+    """
+
+
+@dataclass
+class DeadLetter:
+    """A record that could not be processed, with why and where it came from.
+
+    Parameters
+    ----------
+    raw
+        The original input: a line of text, the bytes of a Kafka message (decoded as UTF-8
+        with replacement), or the record mapping.
+    reason
+        One line saying what was wrong.
+    origin
+        Where it came from, e.g. ``{"file": "x.csv", "line": 12}`` or
+        ``{"operator": "river:ADWIN", "key": "s1", "offset": 7}``.
+
+    Examples
+    --------
+    >>> DeadLetter(raw="1,abc", reason="value: 'abc' is not a number",
+    ...            origin={"file": "x.csv", "line": 3}).to_record()["reason"]
+    "value: 'abc' is not a number"
+    """
+
+    raw: Any
+    reason: str
+    origin: dict = field(default_factory=dict)
+
+    def to_record(self) -> dict:
+        """The one dead-letter schema, the same in a replay's file and on a Kafka topic.
+
+        ``{"dead_letter": true, "reason", "operator", "key", "origin", "raw", "raw_base64"}``:
+        ``operator`` and ``key`` (taken out of ``origin``) say which operator rejected which
+        record key (None when the input was rejected before any operator); ``origin`` says
+        where the input was (``{file, line}`` or ``{topic, partition, offset}``, plus the
+        runner's ``offset``); ``raw`` is the input as text (or the record it became), and
+        ``raw_base64`` its exact bytes when it was text or bytes.
+
+        >>> DeadLetter(b"{x", "invalid JSON", {"topic": "t", "partition": 0, "offset": 5}
+        ...            ).to_record()
+        {'dead_letter': True, 'reason': 'invalid JSON', 'operator': None, 'key': None, \
+'origin': {'topic': 't', 'partition': 0, 'offset': 5}, 'raw': '{x', 'raw_base64': 'e3g='}
+        """
+        import base64
+
+        origin = dict(self.origin)
+        operator = origin.pop("operator", None)
+        key = origin.pop("key", None)
+        raw = self.raw
+        exact = None
+        if isinstance(raw, str):
+            exact = raw.encode("utf-8", errors="surrogatepass")
+        elif isinstance(raw, (bytes, bytearray)):
+            exact = bytes(raw)
+            raw = exact.decode("utf-8", errors="replace")
+        out = {"dead_letter": True, "reason": self.reason, "operator": operator, "key": key,
+               "origin": origin, "raw": raw}
+        for name in ("key", "raw"):
+            try:
+                json.dumps(out[name], allow_nan=False)
+            except (TypeError, ValueError):
+                out[name] = repr(out[name])
+        if exact is not None:
+            out["raw_base64"] = base64.b64encode(exact).decode("ascii")
+        return out
+
+
+# --------------------------------------------------------------------------------------
+# Record helpers
+# --------------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def get_field(record: Mapping, path: str, default: Any = _MISSING) -> Any:
+    """Read ``path`` (dotted for nested mappings: ``"meta.temp"``) from ``record``.
+
+    Raises :class:`BadInput` when the field is missing and no default is given.
+
+    >>> get_field({"value": 1.5, "meta": {"t": 2}}, "meta.t")
+    2
+    """
+    if not isinstance(record, Mapping):
+        raise BadInput(f"record is a {type(record).__name__}, not a mapping")
+    cur: Any = record
+    for part in path.split("."):
+        if isinstance(cur, Mapping) and part in cur:
+            cur = cur[part]
+        else:
+            if default is not _MISSING:
+                return default
+            raise BadInput(f"record has no field {path!r}")
+    return cur
+
+
+def as_scalar(value: Any, name: str = "value") -> float:
+    """Return ``value`` as a finite float or raise :class:`BadInput`.
+
+    >>> as_scalar("2.5")
+    2.5
+    >>> as_scalar(float("nan"))
+    Traceback (most recent call last):
+    ...
+    shiftwatch.operators.records.BadInput: value is not finite: nan
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    if isinstance(value, numbers.Real):
+        try:
+            x = float(value)
+        except OverflowError:
+            raise BadInput(f"{name} is too large for a float") from None
+    elif isinstance(value, str):
+        try:
+            x = float(value)
+        except ValueError:
+            raise BadInput(f"{name} {value[:40]!r} is not a number") from None
+    elif isinstance(value, (list, tuple, np.ndarray)):
+        try:
+            arr = np.asarray(value, dtype=object)
+        except ValueError:  # ragged nesting
+            raise BadInput(f"{name} is a ragged nested list, expected a number") from None
+        if arr.size != 1:
+            raise BadInput(f"{name} has shape {arr.shape}, expected a number")
+        return as_scalar(arr.reshape(-1)[0], name)
+    else:
+        raise BadInput(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(x):
+        raise BadInput(f"{name} is not finite: {x}")
+    return x
+
+
+def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
+             name: str = "value") -> np.ndarray:
+    """Return ``value`` as a finite float64 array of the given rank/shape or raise BadInput.
+
+    ``shape`` entries may be ``None`` for "any length".
+
+    >>> as_array([1, 2, 3], ndim=1).tolist()
+    [1.0, 2.0, 3.0]
+    >>> as_array([[1, 2]], shape=(2, 2))
+    Traceback (most recent call last):
+    ...
+    shiftwatch.operators.records.BadInput: value has shape (1, 2), expected (2, 2)
+    """
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise BadInput(f"{name} is not a numeric array") from None
+    if ndim is not None and arr.ndim != ndim:
+        raise BadInput(f"{name} has {arr.ndim} dimensions, expected {ndim}")
+    if shape is not None:
+        if arr.ndim != len(shape) or any(
+                s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)):
+            want = tuple("*" if s is None else s for s in shape)
+            raise BadInput(f"{name} has shape {arr.shape}, expected {want}".replace("'", ""))
+    if not np.all(np.isfinite(arr)):
+        raise BadInput(f"{name} contains NaN or infinite entries")
+    return arr

@@ -1,0 +1,220 @@
+"""The registry: operators by name, for pipeline files and the command line.
+
+Built-in operators are declared in one table, :data:`BUILTIN_OPERATORS` (name ->
+``"module:Class"``), and the ``river:NAME`` family in :data:`BUILTIN_PREFIXES`. A built-in
+operator's module is imported only when :func:`create` or :func:`resolve` needs that operator,
+so naming one operator does not load the libraries of the others (Numba, PyTorch).
+:func:`list_operators` describes operators whose module is not imported yet from the module's
+source (:mod:`shiftwatch.operators.source_info`), so ``shiftwatch operators`` imports none of
+them.
+
+>>> from shiftwatch.operators.registry import create, registered_names
+>>> "river:PageHinkley" in registered_names()
+True
+>>> create("standardize", burn_in=10)
+Standardize(field='value', burn_in=10, emit_burn_in=True, min_std=1e-09)
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shiftwatch.operators.contract import Operator
+
+__all__ = [
+    "BUILTIN_OPERATORS",
+    "BUILTIN_PREFIXES",
+    "OperatorInfo",
+    "register",
+    "register_prefix",
+    "create",
+    "resolve",
+    "list_operators",
+    "registered_names",
+]
+
+#: Built-in operators: registered name -> ``"module:Class"``. The module registers the class
+#: with :func:`register` when it is imported, which happens on first use.
+BUILTIN_OPERATORS: dict[str, str] = {
+    "cs": "shiftwatch.operators.confseq:ConfSeqOperator",
+    "karcher": "shiftwatch.operators.riemannian:KarcherOperator",
+    "hare-tortoise": "shiftwatch.operators.hare_tortoise:HareTortoise",
+    "cila": "shiftwatch.operators.cila:CILA",
+    "standardize": "shiftwatch.operators.transforms:Standardize",
+    "window_covariance": "shiftwatch.operators.manifold_transforms:WindowCovariance",
+    "window_subspace": "shiftwatch.operators.manifold_transforms:WindowSubspace",
+    "normalize_sphere": "shiftwatch.operators.manifold_transforms:NormalizeSphere",
+}
+
+#: Built-in operator families ``prefix:NAME``: prefix -> the module that calls
+#: :func:`register_prefix` for it when imported.
+BUILTIN_PREFIXES: dict[str, str] = {
+    "river": "shiftwatch.operators.river_adapter",
+}
+
+_REGISTRY: dict[str, type[Operator]] = {}
+_PREFIXES: dict[str, tuple[Callable[[str], Callable[..., Operator]], Callable[[], list[str]]]] = {}
+
+
+@dataclass
+class OperatorInfo:
+    """What ``shiftwatch operators`` prints for one operator."""
+
+    name: str
+    summary: str
+    params: dict  # name -> default (inspect.Parameter.empty shown as "required")
+    input_kind: str
+
+
+def register(name: str) -> Callable[[type[Operator]], type[Operator]]:
+    """Class decorator: make an operator constructible by ``name`` from configs and the CLI."""
+
+    def deco(cls: type[Operator]) -> type[Operator]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"operator name {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def register_prefix(prefix: str, factory: Callable[[str], Callable[..., Operator]],
+                    names: Callable[[], list[str]]) -> None:
+    """Register a family of operators named ``prefix:NAME`` (e.g. ``river:ADWIN``).
+
+    ``factory(NAME)`` returns a callable taking keyword parameters; ``names()`` lists NAMEs.
+    """
+    _PREFIXES[prefix] = (factory, names)
+
+
+def _load(name: str) -> None:
+    """Import the module of the built-in operator ``name`` (it registers the class)."""
+    module = BUILTIN_OPERATORS[name].partition(":")[0]
+    importlib.import_module(module)
+    if name not in _REGISTRY:  # a wrong table entry: say so rather than "unknown operator"
+        raise RuntimeError(f"importing {module} did not register operator {name!r}")
+
+
+def _load_prefix(prefix: str) -> bool:
+    if prefix not in _PREFIXES and prefix in BUILTIN_PREFIXES:
+        importlib.import_module(BUILTIN_PREFIXES[prefix])
+    return prefix in _PREFIXES
+
+
+def resolve(name: str) -> Callable[..., Operator]:
+    """Return a constructor for the operator registered as ``name``."""
+    if name not in _REGISTRY and name in BUILTIN_OPERATORS:
+        _load(name)
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    prefix, sep, rest = name.partition(":")
+    if sep and _load_prefix(prefix):
+        return _PREFIXES[prefix][0](rest)
+    known = ", ".join(registered_names()[:12])
+    raise ValueError(f"unknown operator {name!r}; known operators include: {known} "
+                     "(run `shiftwatch operators` for all)")
+
+
+def create(name: str, keep_input: bool = False, **params: Any) -> Operator:
+    """Construct the operator registered as ``name`` with keyword ``params``.
+
+    Unknown or invalid parameters raise ``ValueError`` with one clear line. ``keep_input=True``
+    (accepted by every operator, ``--param keep_input=true`` on the command line) wraps the
+    operator in :class:`~shiftwatch.operators.with_input.WithInput`, so its outputs also carry
+    the input record's fields, e.g. a detector's alarms next to the feature vector for a
+    learner chained after it.
+    """
+    if not isinstance(keep_input, bool):
+        raise ValueError(f"keep_input must be true or false, got {keep_input!r}")
+    if keep_input:
+        from shiftwatch.operators.with_input import WithInput
+
+        return WithInput(create(name, **params))
+    ctor = resolve(name)
+    accepted = _accepted_params(ctor)
+    if accepted is not None:
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            raise ValueError(f"operator {name!r} has no parameter {', '.join(map(repr, unknown))};"
+                             f" parameters: {', '.join(accepted) or '(none)'}")
+    try:
+        return ctor(**params)
+    except TypeError as exc:
+        raise ValueError(f"operator {name!r}: {exc}") from None
+
+
+def _accepted_params(ctor: Callable[..., Any]) -> list[str] | None:
+    target = ctor.__init__ if isinstance(ctor, type) else ctor
+    names = getattr(ctor, "accepted_params", None)
+    if names is not None:
+        return list(names)
+    sig = inspect.signature(target)
+    if any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return [p.name for p in sig.parameters.values() if p.name != "self"]
+
+
+def _prefix_infos(prefix: str) -> list[OperatorInfo] | None:
+    """The family's operators read from source, or None when that is not possible."""
+    if prefix == "river" and "river.drift" not in sys.modules:
+        from shiftwatch.operators.source_info import river_operator_infos
+
+        return river_operator_infos()
+    return None
+
+
+def registered_names() -> list[str]:
+    """Every name :func:`create` accepts, prefixed families expanded."""
+    names = sorted(set(_REGISTRY) | set(BUILTIN_OPERATORS))
+    for prefix in sorted(set(_PREFIXES) | set(BUILTIN_PREFIXES)):
+        infos = _prefix_infos(prefix)
+        if infos is not None:
+            names += [i.name for i in infos]
+        elif _load_prefix(prefix):
+            names += [f"{prefix}:{n}" for n in _PREFIXES[prefix][1]()]
+    return names
+
+
+def _info_of(name: str, ctor: Callable[..., Any]) -> OperatorInfo:
+    info = getattr(ctor, "info", None)
+    if callable(info):
+        return info()
+    doc = inspect.getdoc(ctor) or ""
+    sig = inspect.signature(ctor)
+    params = {p.name: ("required" if p.default is p.empty else p.default)
+              for p in sig.parameters.values() if p.kind not in (p.VAR_KEYWORD,)}
+    return OperatorInfo(name=name, summary=doc.split("\n")[0], params=params,
+                        input_kind=getattr(ctor, "input_kind", ""))
+
+
+def list_operators() -> list[OperatorInfo]:
+    """Name, one-line summary, parameters with defaults, and accepted input of each operator.
+
+    Operators whose module is not imported yet are described from their source, so listing
+    imports no operator module (and neither Numba nor PyTorch).
+    """
+    from shiftwatch.operators.source_info import class_info_from_source
+
+    infos: list[OperatorInfo] = []
+    for name in sorted(set(_REGISTRY) | set(BUILTIN_OPERATORS)):
+        if name not in _REGISTRY:
+            module, _, cls_name = BUILTIN_OPERATORS[name].partition(":")
+            info = class_info_from_source(module, cls_name, name)
+            if info is not None:
+                infos.append(info)
+                continue
+            _load(name)
+        infos.append(_info_of(name, _REGISTRY[name]))
+    for prefix in sorted(set(_PREFIXES) | set(BUILTIN_PREFIXES)):
+        family = _prefix_infos(prefix)
+        if family is None and _load_prefix(prefix):
+            family = [_info_of(f"{prefix}:{n}", resolve(f"{prefix}:{n}"))
+                      for n in _PREFIXES[prefix][1]()]
+        infos.extend(family or [])
+    return infos

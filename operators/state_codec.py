@@ -1,0 +1,138 @@
+"""The state codec: JSON plus base64 NumPy arrays, bit-exact, no pickle.
+
+``state_dict()`` values, changelog entries and checkpoints all go through
+:func:`encode_state` / :func:`decode_state` (or :func:`dumps_state` / :func:`loads_state` for
+bytes). Extensions (River internals, torch tensors) plug in with
+:func:`register_state_extension`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["encode_state", "decode_state", "dumps_state", "loads_state",
+           "register_state_extension"]
+
+
+_ND = "__ndarray__"
+_TUPLE = "__tuple__"
+_NONSTR_DICT = "__dict_items__"
+_FLOAT = "__float__"
+#: Keys that tag a dict as an encoded value; plain dicts holding one of them are escaped.
+_RESERVED_KEYS: set[str] = {_ND, _TUPLE, _NONSTR_DICT, _FLOAT}
+
+
+def encode_state(obj: Any) -> Any:
+    """Turn a state (dicts, lists, tuples, scalars, NumPy arrays) into JSON-able values.
+
+    Arrays become ``{"__ndarray__": base64, "dtype": ..., "shape": ...}``, so round-trips are
+    bit-exact. Dicts with non-string keys and tuples are tagged so they come back as they were.
+    Objects that know how to encode themselves provide ``__state_encode__`` (used by
+    extensions such as the River adapter).
+
+    >>> s = {"n": 3, "m": np.array([0.1, 0.2]), (1, 2): (3, None)}
+    >>> back = decode_state(json.loads(json.dumps(encode_state(s))))
+    >>> back["n"], back["m"].tolist(), back[(1, 2)]
+    (3, [0.1, 0.2], (3, None))
+    """
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        if math.isfinite(x):
+            return x
+        return {_FLOAT: repr(x)}
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.ndarray):
+        arr = np.ascontiguousarray(obj)
+        if arr.dtype == object:
+            return {_ND: None, "items": [encode_state(v) for v in arr.reshape(-1)],
+                    "shape": list(arr.shape)}
+        return {_ND: base64.b64encode(arr.tobytes()).decode("ascii"), "dtype": arr.dtype.str,
+                "shape": list(arr.shape)}
+    if isinstance(obj, Mapping):
+        if all(isinstance(k, str) for k in obj) and _RESERVED_KEYS.isdisjoint(obj):
+            return {k: encode_state(v) for k, v in obj.items()}
+        return {_NONSTR_DICT: [[encode_state(k), encode_state(v)] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {_TUPLE: [encode_state(v) for v in obj]}
+    if isinstance(obj, list):
+        return [encode_state(v) for v in obj]
+    hook = getattr(obj, "__state_encode__", None)
+    if hook is not None:
+        return hook()
+    for extension in _STATE_EXTENSIONS:
+        enc = extension[0](obj)
+        if enc is not NotImplemented:
+            return enc
+    raise TypeError(f"cannot encode {type(obj).__name__} in a state_dict")
+
+
+def decode_state(obj: Any) -> Any:
+    """Inverse of :func:`encode_state`."""
+    if isinstance(obj, list):
+        return [decode_state(v) for v in obj]
+    if isinstance(obj, dict):
+        if _ND in obj:
+            if obj[_ND] is None:
+                flat = np.empty(len(obj["items"]), dtype=object)
+                flat[:] = [decode_state(v) for v in obj["items"]]
+                return flat.reshape(obj["shape"])
+            buf = base64.b64decode(obj[_ND])
+            return np.frombuffer(buf, dtype=np.dtype(obj["dtype"])).reshape(obj["shape"]).copy()
+        if _TUPLE in obj:
+            return tuple(decode_state(v) for v in obj[_TUPLE])
+        if _NONSTR_DICT in obj:
+            return {_hashable(decode_state(k)): decode_state(v) for k, v in obj[_NONSTR_DICT]}
+        if _FLOAT in obj:
+            return float(obj[_FLOAT])
+        for extension in _STATE_EXTENSIONS:
+            dec = extension[1](obj)
+            if dec is not NotImplemented:
+                return dec
+        return {k: decode_state(v) for k, v in obj.items()}
+    return obj
+
+
+def _hashable(x: Any) -> Any:
+    return tuple(_hashable(v) for v in x) if isinstance(x, list) else x
+
+
+#: (encode, decode) pairs tried for objects the core codec does not know. Each returns
+#: ``NotImplemented`` for values that are not its own.
+_STATE_EXTENSIONS: list[tuple[Callable[[Any], Any], Callable[[Any], Any]]] = []
+
+
+def register_state_extension(encode: Callable[[Any], Any], decode: Callable[[Any], Any],
+                             marker: str | None = None) -> None:
+    """Teach the state codec a new type (torch tensors, River internals, ...).
+
+    ``encode(obj)`` returns a JSON-able value (typically a dict tagged with ``marker``) or
+    ``NotImplemented``; ``decode(d)`` is called on every dict the core codec does not know and
+    returns the value or ``NotImplemented``. Giving ``marker`` (the tag key of the extension's
+    dicts) makes :func:`encode_state` escape plain dicts that happen to hold that key, so they
+    are never mistaken for the extension's values.
+    """
+    if marker is not None:
+        _RESERVED_KEYS.add(marker)
+    if not any(e == encode and d == decode for e, d in _STATE_EXTENSIONS):
+        _STATE_EXTENSIONS.append((encode, decode))
+
+
+def dumps_state(state: Any) -> bytes:
+    """Serialise a state_dict to UTF-8 JSON bytes (the changelog and checkpoint format)."""
+    return json.dumps(encode_state(state), separators=(",", ":"), allow_nan=False).encode()
+
+
+def loads_state(data: bytes | str) -> Any:
+    """Inverse of :func:`dumps_state`."""
+    return decode_state(json.loads(data))
