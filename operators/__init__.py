@@ -13,8 +13,8 @@ neither Numba nor PyTorch.
 >>> from shiftwatch.operators import create, registered_names
 >>> "river:PageHinkley" in registered_names()
 True
->>> create("river:PageHinkley", threshold=5.0)
-RiverDetector(detector='PageHinkley', field='value', threshold=5.0)
+>>> create("standardize", burn_in=10)
+Standardize(field='value', burn_in=10, emit_burn_in=True, min_std=1e-09)
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 ``parametrize_with_checks``).
 
 Each check takes an operator name and parameters, constructs the operator with
-:func:`~shiftwatch.operators.registry.create`, feeds it the operator class's ``_test_stream(params)``
-and ``_bad_records(params)`` and raises ``AssertionError`` describing the first difference.
-``tests/operators/test_checks.py`` runs every check over every name in
-:func:`~shiftwatch.operators.registry.registered_names` and every ``_unit_test_params()`` set, so a new
-operator is checked as soon as it is registered. An operator that cannot meet a check says so,
-with the reason, in :data:`OPT_OUTS`.
+:func:`~shiftwatch.operators.registry.create`, feeds it the operator class's
+``_test_stream(params)`` and ``_bad_records(params)`` and raises ``AssertionError`` describing
+the first difference. ``tests/operators/test_checks.py`` runs every check over every name in
+:func:`~shiftwatch.operators.registry.registered_names` and every ``_unit_test_params()`` set,
+so a new operator is checked as soon as it is registered. An operator that cannot meet a check
+says so, with the reason, in :data:`OPT_OUTS`.
 
 Examples
 --------

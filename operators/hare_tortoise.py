@@ -23,6 +23,7 @@ import numpy as np
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.records import BadInput, DeadLetter, as_array, get_field
 from shiftwatch.operators.registry import register
+from shiftwatch.operators.replay import Reservoir
 from shiftwatch.operators.state_codec import decode_state, encode_state
 from shiftwatch.operators.torch_nets import (
     TorchThreads,
@@ -132,7 +133,7 @@ class HareTortoise(Operator):
     Examples
     --------
     >>> import numpy as np
-    >>> from operators import create
+    >>> from shiftwatch.operators import create
     >>> rng = np.random.default_rng(0)
     >>> y = rng.integers(0, 2, 600)
     >>> x = rng.normal(0, 1, (600, 2)) + 2.0 * y[:, None]
@@ -259,13 +260,11 @@ class HareTortoise(Operator):
                                       weight_decay=self.weight_decay)
         self._dtype = next(self._hare.parameters()).dtype
         np_dtype = torch.empty((), dtype=self._dtype).numpy().dtype
-        self._buffer_x = np.zeros((self.buffer_size, self.in_dim), dtype=np_dtype)
-        self._buffer_y = np.zeros(self.buffer_size, dtype=np.int64)
-        self._buffer_len = 0
+        # Labelled training records, offered once their micro-batch has been trained on.
+        self._replay = Reservoir(self.buffer_size, self.in_dim, np_dtype)
         self._batch_x = np.zeros((self.batch_size, self.in_dim), dtype=np_dtype)
         self._batch_y = np.zeros(self.batch_size, dtype=np.int64)
         self._batch_len = 0
-        self._n_seen = 0  # labelled training records offered to the reservoir
         self._n_steps = 0
         self._n_resets = 0
         self._n_task_changes = 0
@@ -313,11 +312,11 @@ class HareTortoise(Operator):
             "tortoise": None if self._tortoise is None else self._tortoise.state_dict(),
             "optimizer": self._opt.state_dict(),
             "rng": self._gen.get_state(),
-            "buffer_x": self._buffer_x[: self._buffer_len],
-            "buffer_y": self._buffer_y[: self._buffer_len],
+            "buffer_x": self._replay.x,
+            "buffer_y": self._replay.y,
             "batch_x": self._batch_x[: self._batch_len],
             "batch_y": self._batch_y[: self._batch_len],
-            "n_seen": self._n_seen,
+            "n_seen": self._replay.seen,
             "n_steps": self._n_steps,
             "n_resets": self._n_resets,
             "n_task_changes": self._n_task_changes,
@@ -341,9 +340,8 @@ class HareTortoise(Operator):
         n, b = len(s["buffer_y"]), len(s["batch_y"])
         if n > self.buffer_size or b >= self.batch_size:
             raise ValueError("state_dict buffers do not fit buffer_size / batch_size")
-        self._buffer_x[:n], self._buffer_y[:n], self._buffer_len = s["buffer_x"], s["buffer_y"], n
+        self._replay.load(s["buffer_x"], s["buffer_y"], s["n_seen"])
         self._batch_x[:b], self._batch_y[:b], self._batch_len = s["batch_x"], s["batch_y"], b
-        self._n_seen = int(s["n_seen"])
         self._n_steps = int(s["n_steps"])
         self._n_resets = int(s["n_resets"])
         self._n_task_changes = int(s["n_task_changes"])
@@ -379,7 +377,7 @@ class HareTortoise(Operator):
     @property
     def buffer_len(self) -> int:
         """Records in the replay buffer."""
-        return self._buffer_len
+        return len(self._replay)
 
     # ---- processing -----------------------------------------------------------------
 
@@ -444,31 +442,16 @@ class HareTortoise(Operator):
         yb = torch.from_numpy(self._batch_y.copy())
         k = self.batch_size if self.replay_size is None else self.replay_size
         for _ in range(self.replay_ratio):
-            if self._buffer_len and k:
-                idx = torch.randint(0, self._buffer_len, (k,), generator=self._gen).numpy()
-                xs = torch.cat([xb, torch.from_numpy(self._buffer_x[idx])])
-                ys = torch.cat([yb, torch.from_numpy(self._buffer_y[idx])])
+            if len(self._replay) and k:  # k replayed records, drawn with replacement
+                idx = torch.randint(0, len(self._replay), (k,), generator=self._gen).numpy()
+                xs = torch.cat([xb, torch.from_numpy(self._replay.x[idx])])
+                ys = torch.cat([yb, torch.from_numpy(self._replay.y[idx])])
                 self._step(xs, ys)
             else:
                 self._step(xb, yb)
         for j in range(self.batch_size):
-            self._reservoir_add(self._batch_x[j], self._batch_y[j])
+            self._replay.add(self._batch_x[j], self._batch_y[j], self._gen)
         self._batch_len = 0
-
-    def _reservoir_add(self, x: np.ndarray, y: int) -> None:
-        # Algorithm R: after n records each one is in the buffer with probability size / n.
-        self._n_seen += 1
-        if self.buffer_size == 0:
-            return
-        if self._buffer_len < self.buffer_size:
-            j = self._buffer_len
-            self._buffer_len += 1
-        else:
-            j = int(_torch().randint(0, self._n_seen, (1,), generator=self._gen))
-            if j >= self.buffer_size:
-                return
-        self._buffer_x[j] = x
-        self._buffer_y[j] = y
 
     def _step(self, x: Any, y: Any) -> None:
         """One optimiser step on (x, y), then the EMA and, when due, the reset."""

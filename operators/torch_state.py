@@ -1,8 +1,8 @@
 """Torch tensors in a state_dict: a safe extension of the state codec (no pickle, no torch.load).
 
 Importing this module (which imports torch) registers, with
-:func:`shiftwatch.operators.state_codec.register_state_extension`, an encoder for CPU ``torch.Tensor``
-values and its decoder under the marker ``"__tensor__"``. A tensor becomes
+:func:`shiftwatch.operators.state_codec.register_state_extension`, an encoder for CPU
+``torch.Tensor`` values and its decoder under the marker ``"__tensor__"``. A tensor becomes
 ``{"__tensor__": base64 raw bytes, "dtype": "float32", "shape": [...]}``, so round-trips are
 bit-exact and a changelog stays plain JSON. Learner operators (Hare & Tortoise, CILA) keep
 their networks' and optimisers' ``state_dict`` values as tensors and rely on this.

@@ -2,8 +2,9 @@
 
 Both sources map named columns (fields) to the record fields ``key``, ``ts``, ``value``, ``y``
 and ``task``. A line that cannot be turned into a record becomes a
-:class:`~shiftwatch.operators.records.DeadLetter` whose origin is ``{"file": path, "line": n}`` (``n``
-the physical, 1-based line number, the header being line 1 of a CSV file), and reading goes on.
+:class:`~shiftwatch.operators.records.DeadLetter` whose origin is
+``{"file": path, "line": n}`` (``n`` the physical, 1-based line number, the header being line 1
+of a CSV file), and reading goes on.
 
 Conventions shared by both sources:
 

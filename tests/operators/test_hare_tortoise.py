@@ -179,7 +179,7 @@ def test_stream_schedule_micro_batches_replay_and_resets():
     assert op.n_steps == 2 and op.buffer_len == 8
     run(op, records[8:100])
     assert op.n_steps == 2 * 12 and op.n_resets == 24 // 5
-    assert op.buffer_len == 40 and op._n_seen == 96
+    assert op.buffer_len == 40 and op._replay.seen == 96
 
 
 def test_unlabelled_and_evaluation_only_records_are_predicted_not_learned():
