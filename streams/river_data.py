@@ -11,6 +11,9 @@ UTC), or the 0-based index when there is none.
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import math
 import numbers
 import warnings
@@ -36,6 +39,91 @@ def _epoch(dt: datetime) -> float:
 
 
 # --------------------------------------------------------------------------------------
+# Dataset names, read from River's source
+# --------------------------------------------------------------------------------------
+# Importing river.datasets or river.drift.datasets loads scikit-learn and pandas (1.5-2 s), so
+# listing names (``shiftwatch sources``, error messages) reads River's package files instead;
+# opening a dataset imports it as usual. Any file that does not look as expected falls back to
+# the import, so a River release that moves things around stays correct, only slower.
+
+
+def _river_package_file(package: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec("river")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    import os
+
+    path = os.path.join(spec.submodule_search_locations[0], *package.split("."), "__init__.py")
+    return path if os.path.exists(path) else None
+
+
+def _exports(init_path: str) -> tuple[list[str], dict[str, str]] | None:
+    """``__all__`` of a package ``__init__.py`` and, for ``from .mod import Name`` lines,
+    Name -> the module file."""
+    import os
+
+    tree = ast.parse(open(init_path, encoding="utf-8").read())
+    names, where = None, {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", None) == "__all__"):
+            try:
+                names = list(ast.literal_eval(node.value))
+            except ValueError:
+                return None
+        elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            for alias in node.names:
+                where[alias.asname or alias.name] = os.path.join(
+                    os.path.dirname(init_path), *node.module.split(".")) + ".py"
+    return (names, where) if names is not None else None
+
+
+def _base_names(path: str, cls: str) -> list[str] | None:
+    """The base classes of ``cls`` in ``path``, as written (``base.FileDataset``)."""
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+    except OSError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return [ast.unparse(b) for b in node.bases]
+    return None
+
+
+@functools.cache
+def _drift_names_from_source() -> tuple[str, ...] | None:
+    init = _river_package_file("drift.datasets")
+    found = _exports(init) if init else None
+    return tuple(sorted(found[0])) if found else None
+
+
+@functools.cache
+def _dataset_names_from_source() -> tuple[str, ...] | None:
+    """The local (``FileDataset``, not ``RemoteDataset``) datasets of ``river.datasets``."""
+    init = _river_package_file("datasets")
+    found = _exports(init) if init else None
+    if not found:
+        return None
+    names, where = found
+    out = []
+    for n in names:
+        if n not in where:  # a subpackage such as base or synth
+            continue
+        bases = _base_names(where[n], n)
+        if bases is None:
+            return None
+        kinds = {b.rsplit(".", 1)[-1] for b in bases}
+        if not kinds <= {"FileDataset", "RemoteDataset", "SyntheticDataset", "Dataset"}:
+            return None  # a base we cannot classify by name: ask the import
+        if "FileDataset" in kinds:
+            out.append(n)
+    return tuple(sorted(out))
+
+
+# --------------------------------------------------------------------------------------
 # Change-point datasets
 # --------------------------------------------------------------------------------------
 
@@ -53,6 +141,9 @@ def drift_dataset_names() -> list[str]:
     >>> drift_dataset_names()[:3]
     ['AirlinePassengers', 'Apple', 'Bitcoin']
     """
+    names = _drift_names_from_source()
+    if names is not None:
+        return list(names)
     from river.drift import datasets
 
     return sorted(datasets.__all__)
@@ -202,6 +293,9 @@ def river_dataset_names() -> list[str]:
     >>> "Phishing" in river_dataset_names(), "Elec2" in river_dataset_names()
     (True, False)
     """
+    names = _dataset_names_from_source()
+    if names is not None:
+        return list(names)
     from river import datasets
     from river.datasets import base
 

@@ -107,3 +107,20 @@ def test_river_dataset_without_numeric_features_is_a_series():
     rec = next(iter(src))
     assert src.columns == [] and isinstance(rec["value"], float) and "y" not in rec
     assert rec["ts"] > 1e9
+
+
+def test_dataset_names_read_from_river_source_equal_the_imported_ones():
+    # Listing names reads River's package files (importing river.datasets costs seconds);
+    # it must give exactly what importing the packages gives.
+    from river import datasets
+    from river.datasets import base
+    from river.drift import datasets as drift_datasets
+
+    from shiftwatch.streams import river_data
+
+    assert list(river_data._drift_names_from_source()) == sorted(drift_datasets.__all__)
+    local = sorted(n for n in datasets.__all__
+                   if isinstance(getattr(datasets, n, None), type)
+                   and issubclass(getattr(datasets, n), base.FileDataset)
+                   and not issubclass(getattr(datasets, n), base.RemoteDataset))
+    assert list(river_data._dataset_names_from_source()) == local
