@@ -16,6 +16,7 @@ import functools
 import importlib.util
 import math
 import numbers
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
@@ -54,8 +55,6 @@ def _river_package_file(package: str) -> str | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    import os
-
     path = os.path.join(spec.submodule_search_locations[0], *package.split("."), "__init__.py")
     return path if os.path.exists(path) else None
 
@@ -63,8 +62,6 @@ def _river_package_file(package: str) -> str | None:
 def _exports(init_path: str) -> tuple[list[str], dict[str, str]] | None:
     """``__all__`` of a package ``__init__.py`` and, for ``from .mod import Name`` lines,
     Name -> the module file."""
-    import os
-
     tree = ast.parse(open(init_path, encoding="utf-8").read())
     names, where = None, {}
     for node in tree.body:
