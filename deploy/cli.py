@@ -138,8 +138,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not args.quiet:
         sinks.append(ConsoleAlarmSink(stream=sys.stdout, max_rows=args.max_rows))
     dead = DeadLetterSink(out / "dead_letters.jsonl")
-    summary = Pipeline(source, ops, sinks, dead_letters=dead, batch_size=args.batch_size,
-                       speed=args.speed, progress=not args.no_progress).run()
+    server = metrics = None
+    if args.metrics_port is not None:
+        from shiftwatch.deploy.observability import MetricsServer
+
+        server = MetricsServer(port=args.metrics_port).start()
+        metrics = server.stage("replay", str(getattr(source, "name", args.source)))
+    try:
+        summary = Pipeline(source, ops, sinks, dead_letters=dead, batch_size=args.batch_size,
+                           speed=args.speed, progress=not args.no_progress,
+                           metrics=metrics).run()
+    finally:
+        if server is not None:
+            server.close()
     print(summary.line())
     if summary.dead_letters:
         reasons = ", ".join(f"{n} x {r}" for r, n in sorted(
@@ -211,6 +222,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.kafka["bootstrap_servers"] = args.bootstrap
     if args.metrics_file:
         config.metrics["file"] = args.metrics_file
+    if args.metrics_port is not None:
+        config.metrics["port"] = args.metrics_port
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("kafka").setLevel(logging.ERROR)
@@ -293,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-plots", action="store_true")
     r.add_argument("--quiet", action="store_true", help="do not print the alarm table")
     r.add_argument("--max-rows", type=int, default=20, help="rows of the alarm table")
+    r.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus /metrics, /healthz, /readyz on PORT while replaying")
     r.set_defaults(func=cmd_replay, stages=None)
 
     k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "
@@ -302,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only this stage (repeatable; default: every stage)")
     k.add_argument("--bootstrap", help="override kafka.bootstrap_servers")
     k.add_argument("--metrics-file", help="write metrics JSON here ({stage} is replaced)")
+    k.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus /metrics, /healthz, /readyz on PORT "
+                        "(overrides metrics.port)")
     k.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="stop (checkpointing first) after SECONDS without input")
     k.add_argument("--quiet", action="store_true", help="log warnings only")

@@ -125,6 +125,10 @@ class StageExecutor:
         produced again), keeping high-water marks in :attr:`deduper`.
     summary
         The counters to update (default: a new :class:`RunSummary`).
+    observer
+        Optional; told of each dead letter (``observer.dead_letter(reason)``) and of each
+        operator's alarm outputs (``observer.alarms(operator_name, n)``), e.g. a
+        :class:`~shiftwatch.deploy.observability.StageMetrics`.
 
     Examples
     --------
@@ -144,7 +148,8 @@ class StageExecutor:
 
     def __init__(self, operators: Sequence, names: Sequence[str] | None = None,
                  value: str = "value", key: str | None = None, ts: str | None = None,
-                 dedupe: bool = False, summary: RunSummary | None = None, keyed: bool = True):
+                 dedupe: bool = False, summary: RunSummary | None = None, keyed: bool = True,
+                 observer: Any = None):
         self.operators = [op if (isinstance(op, Keyed) or not keyed) else Keyed(op)
                           for op in operators]
         self.names = list(names) if names is not None else [
@@ -155,6 +160,7 @@ class StageExecutor:
         self.dedupe = dedupe
         self.summary = summary if summary is not None else RunSummary()
         self.deduper = Deduper()
+        self.observer = observer
 
     # ---- admit: decode, validate, de-duplicate ------------------------------------------
 
@@ -215,6 +221,8 @@ class StageExecutor:
                     dead.append(self._operator_dead_letter(o, self.names[i], origins, raws))
                 else:
                     records.append(o)
+            if self.observer is not None:
+                self.observer.alarms(self.names[i], sum(1 for r in records if r.get("alarm")))
         if len(self.operators) and _grouped(records):
             # Keyed groups by key: back to input order (per key the order is unchanged), so
             # each upstream partition's offsets increase along every output partition.
@@ -244,6 +252,8 @@ class StageExecutor:
         s.dead_letters += 1
         short = item.reason.split(":")[0][:60]
         s.dead_letter_reasons[short] = s.dead_letter_reasons.get(short, 0) + 1
+        if self.observer is not None:
+            self.observer.dead_letter(item.reason)
         return item.to_record()
 
     # ---- checkpoint support --------------------------------------------------------------

@@ -108,6 +108,7 @@ class Checkpointer:
         self.producer: Any = None
         self.consumer: Any = None
         self.in_txn = False
+        self.metrics: Any = None  # told how long each checkpoint write took (optional)
         self._last_checkpoint_time = time.monotonic()
 
     def begin(self) -> None:
@@ -141,11 +142,14 @@ class Checkpointer:
                 self.checkpoint(list(self.tasks))  # one transaction covers every partition
         else:
             for p in due:
+                t0 = time.monotonic()
                 task = self.tasks[p]
                 if len(task.pendings) >= _IN_FLIGHT:
                     self.advance(task, until=_IN_FLIGHT - 1)
-                self._snapshot(task)
+                wrote = self._snapshot(task)
                 self.advance(task)
+                if wrote and self.metrics is not None:
+                    self.metrics.checkpoint(time.monotonic() - t0)
         if timed:
             self._last_checkpoint_time = time.monotonic()
 
@@ -271,9 +275,17 @@ class Checkpointer:
         and every exactly-once checkpoint: entries, markers and offsets in one transaction).
 
         May raise kafka-python errors; the previous checkpoint then still holds."""
+        t0 = time.monotonic()
+        tasks = [self.tasks[p] for p in partitions if p in self.tasks]
+        try:
+            self._checkpoint_now(tasks)
+        finally:
+            if tasks and self.metrics is not None:
+                self.metrics.checkpoint(time.monotonic() - t0)
+
+    def _checkpoint_now(self, tasks: list[PartitionTask]) -> None:
         from kafka import OffsetAndMetadata, TopicPartition
 
-        tasks = [self.tasks[p] for p in partitions if p in self.tasks]
         if not self.eos:
             for task in tasks:
                 if len(task.pendings) >= _IN_FLIGHT:

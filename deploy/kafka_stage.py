@@ -76,16 +76,21 @@ class StageRunner:
         Stop by itself after this many seconds without input (batch jobs, tests).
     instance
         Distinguishes members for the transactional id (exactly-once); default: host and pid.
+    metrics
+        Optional :class:`~shiftwatch.deploy.observability.StageMetrics` the stage reports to
+        (counters, lag per partition, batch and checkpoint times, liveness and readiness);
+        :func:`run_pipeline` makes one per stage when ``metrics.port`` is set.
     """
 
     def __init__(self, config: PipelineConfig, stage: StageConfig,
                  stop: threading.Event | None = None, idle_exit_s: float | None = None,
-                 instance: str | None = None):
+                 instance: str | None = None, metrics: Any = None):
         self.config = config
         self.stage = stage
         self.stop = stop or threading.Event()
         self.idle_exit_s = idle_exit_s
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
+        self.metrics = metrics
         self.client = dict(config.kafka)
         self.eos = stage.guarantee == "exactly-once"
         self.group_id = config.group_id(stage)
@@ -98,6 +103,7 @@ class StageRunner:
         self._reader: ChangelogReader | None = None
         self.checkpointer = Checkpointer(stage.input, self.changelog, stage.checkpoint,
                                          self.eos, self._tasks, self.stats, stage.name)
+        self.checkpointer.metrics = metrics
         self._input_partitions = 0
         self._rate_window = (time.monotonic(), 0)
 
@@ -188,7 +194,11 @@ class StageRunner:
         stops; the group reassigns the partitions).
         """
         mine = [tp for tp in partitions if tp.topic == self.stage.input]
+        if self.metrics is not None:
+            self.metrics.rebalance()
         if not mine:
+            if self.metrics is not None:
+                self.metrics.set_ready(True)  # joined; more members than partitions
             return
         restored = self._reader.read(self.stage.input, [tp.partition for tp in mine])
         for tp in mine:
@@ -204,6 +214,8 @@ class StageRunner:
                  sorted(tp.partition for tp in mine),
                  {p: (c.offset if c else None) for p, c in restored.items()})
         self.stats.partitions = sorted(self._tasks)
+        if self.metrics is not None:
+            self.metrics.set_ready(True)
 
     def on_revoke(self, partitions) -> None:
         """Called inside ``poll`` before partitions move to another member (and on close).
@@ -211,6 +223,8 @@ class StageRunner:
         Checkpoints and commits the revoked partitions, then drops their state. Errors are
         logged: the last checkpoint still holds, so the next owner replays from it.
         """
+        if self.metrics is not None:
+            self.metrics.set_ready(False)
         mine = [tp.partition for tp in partitions
                 if tp.topic == self.stage.input and tp.partition in self._tasks]
         try:
@@ -227,7 +241,8 @@ class StageRunner:
         st = self.stage
         executor = StageExecutor([spec.build() for spec in st.operators],
                                  names=[spec.name for spec in st.operators], value=st.value,
-                                 key=st.key, ts=st.ts, dedupe=st.dedupe, summary=self.stats)
+                                 key=st.key, ts=st.ts, dedupe=st.dedupe, summary=self.stats,
+                                 observer=self.metrics)
         return PartitionTask(partition=partition, executor=executor,
                              dirty=[set() for _ in st.operators])
 
@@ -269,6 +284,8 @@ class StageRunner:
                             self._process(tp, task, msgs)
                 self.checkpointer.after_batch()
                 now = time.monotonic()
+                if self.metrics is not None:
+                    self._observe(now - t0 if n else None)
                 if now - t0 > 0.5 * max_poll_s:
                     log.warning("stage %s: a batch took %.1f s, over half of "
                                 "max_poll_interval_ms (%.0f s): lower batch.max_records or "
@@ -332,23 +349,35 @@ class StageRunner:
 
     # ---- metrics and shutdown -----------------------------------------------------------
 
-    def _metrics(self) -> None:
+    def _lags(self) -> dict[int, int | None]:
+        """Each owned partition's lag (high watermark - next offset), None if not known."""
         from kafka import TopicPartition
 
+        out: dict[int, int | None] = {}
+        for p, task in list(self._tasks.items()):
+            hw = self._consumer.highwater(TopicPartition(self.stage.input, p))
+            out[p] = (max(0, hw - task.next_offset)
+                      if hw is not None and task.next_offset is not None else None)
+        return out
+
+    def _observe(self, batch_seconds: float | None) -> None:
+        """Once per loop turn: liveness, batch time, counters and lag to :attr:`metrics`."""
+        m = self.metrics
+        m.turn()
+        if batch_seconds is not None:
+            m.batch(batch_seconds)
+        m.sync(self.stats)
+        m.partitions(self._lags())
+
+    def _metrics(self) -> None:
         now = time.monotonic()
         then, n = self._rate_window
         if now > then:
             self.stats.recent_rate = (self.stats.records_in - n) / (now - then)
         self._rate_window = (now, self.stats.records_in)
         self.stats.seconds = time.time() - self.stats.started_unix
-        lag = 0
-        known = False
-        for p, task in self._tasks.items():
-            hw = self._consumer.highwater(TopicPartition(self.stage.input, p))
-            if hw is not None and task.next_offset is not None:
-                lag += max(0, hw - task.next_offset)
-                known = True
-        self.stats.lag = lag if known else None
+        lags = [lag for lag in self._lags().values() if lag is not None]
+        self.stats.lag = sum(lags) if lags else None
         log.info(self.stats.line())
         path = self.config.metrics.get("file")
         if path:
@@ -359,6 +388,8 @@ class StageRunner:
             os.replace(tmp, path)
 
     def _shutdown(self) -> None:
+        if self.metrics is not None:
+            self.metrics.set_ready(False)
         try:
             if self._consumer is not None and self._producer is not None:
                 try:
@@ -368,6 +399,8 @@ class StageRunner:
                     if self.eos and self.checkpointer.in_txn:
                         self.checkpointer.abort()
                 self._metrics()
+                if self.metrics is not None:
+                    self.metrics.sync(self.stats)
                 self._tasks.clear()  # on_revoke during close() has nothing left to do
         finally:
             for client in (self._consumer, self._producer, self._reader):
@@ -394,6 +427,8 @@ def run_pipeline(config: PipelineConfig, stages: list[str] | None = None,
     """Run the named stages (default: all) of ``config``, one thread each, until SIGTERM/SIGINT.
 
     Returns 0 after a clean stop, 1 if a stage failed (the others are then stopped too).
+    With ``metrics.port`` set, serves ``/metrics``, ``/healthz`` and ``/readyz`` on it
+    (:mod:`shiftwatch.deploy.observability`) while the stages run.
     """
     chosen = [config.stage(s) for s in stages] if stages else list(config.stages)
     stop = threading.Event()
@@ -403,7 +438,40 @@ def run_pipeline(config: PipelineConfig, stages: list[str] | None = None,
             stop.set()
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
-    runners = [StageRunner(config, s, stop=stop, idle_exit_s=idle_exit_s) for s in chosen]
+    server = _metrics_server(config)
+    try:
+        return _run_stages(config, chosen, stop, idle_exit_s, server)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _metrics_server(config: PipelineConfig):
+    port = config.metrics.get("port")
+    if port is None:
+        return None
+    from shiftwatch.deploy.observability import MetricsServer
+
+    try:
+        return MetricsServer(port=port, address=config.metrics.get("address", "0.0.0.0")).start()
+    except OSError as exc:
+        raise PipelineError(f"{config.source}: metrics.port {port}: cannot listen "
+                            f"({exc.strerror or exc}); choose another port") from None
+
+
+def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threading.Event,
+                idle_exit_s: float | None, server) -> int:
+    runners = []
+    for s in chosen:
+        metrics = None
+        if server is not None:
+            max_poll_s = s.consumer["max_poll_interval_ms"] / 1000
+            metrics = server.stage(
+                config.name, s.name, liveness_seconds=max_poll_s + s.batch["timeout_ms"] / 1000,
+                stalls_before_unhealthy=config.metrics.get("stalls_before_unhealthy", 3),
+                slow_batch_seconds=0.5 * max_poll_s)
+        runners.append(StageRunner(config, s, stop=stop, idle_exit_s=idle_exit_s,
+                                   metrics=metrics))
     for r in runners:  # topics are checked before any stage consumes
         r.prepare()
     errors: list[BaseException] = []

@@ -49,6 +49,10 @@ class Pipeline:
         (f = 10 replays an hour of data in six minutes).
     progress
         Show a progress bar (records, rate, ETA) on stderr when it is a terminal.
+    metrics
+        Optional :class:`~shiftwatch.deploy.observability.StageMetrics` to report to
+        (``shiftwatch replay --metrics-port``): counters, batch times, liveness, and ready
+        while the replay runs.
 
     Notes
     -----
@@ -86,7 +90,7 @@ class Pipeline:
 
     def __init__(self, source: Iterable, operators: Sequence[Operator], sinks: Sequence = (),
                  dead_letters=None, batch_size: int = 1000, speed: float | None = None,
-                 progress: bool = True, keyed: bool = True):
+                 progress: bool = True, keyed: bool = True, metrics=None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if speed is not None and speed < 0:
@@ -99,12 +103,14 @@ class Pipeline:
         self.batch_size = batch_size
         self.speed = speed
         self.progress = progress
+        self.metrics = metrics
 
     # ------------------------------------------------------------------------------
 
     def run(self) -> RunSummary:
         """Run to the end of the source (or Ctrl-C) and return the summary."""
-        ex = StageExecutor(self.operators, keyed=False)  # wrapped (or not) already
+        ex = StageExecutor(self.operators, keyed=False,  # wrapped (or not) already
+                           observer=self.metrics)
         summary = ex.summary
         opened: list = []
         bar = None
@@ -115,6 +121,8 @@ class Pipeline:
                 sink.open()
                 opened.append(sink)
             bar = self._progress_bar()
+            if self.metrics is not None:
+                self.metrics.set_ready(True)
             batch: list[dict] = []
             last_flush = time.perf_counter()
             with guard:
@@ -144,6 +152,9 @@ class Pipeline:
                     except KeyboardInterrupt:
                         summary.interrupted = True
         finally:
+            if self.metrics is not None:
+                self.metrics.sync(summary)
+                self.metrics.set_ready(False)
             if bar is not None:
                 bar.close()
             summary.seconds = time.perf_counter() - start
@@ -189,6 +200,7 @@ class Pipeline:
         operators' state and the outputs always cover whole batches; it then raises
         ``KeyboardInterrupt`` here."""
         with guard.deferred():
+            t0 = time.perf_counter()
             result = ex.process(batch)
             self._write_dead(result.dead_letters)
             for sink in self.sinks:
@@ -197,6 +209,9 @@ class Pipeline:
                 sink.write(result.outputs)
             if bar is not None:
                 bar.update(len(batch))
+            if self.metrics is not None:
+                self.metrics.batch(time.perf_counter() - t0)
+                self.metrics.sync(ex.summary)
 
     def _write_dead(self, records: list[dict]) -> None:
         if self.dead_letters is not None and records:

@@ -9,6 +9,8 @@ to one topic; stages chain through topics::
       bootstrap_servers: ${KAFKA_BOOTSTRAP:-localhost:9092}
       security_protocol: SASL_SSL      # any kafka-python security setting passes through
     guarantee: at-least-once           # or exactly-once (default of every stage)
+    metrics: {port: 9400}              # /metrics, /healthz, /readyz (shiftwatch.deploy.
+                                       # observability); stalls_before_unhealthy: 3
     stages:
       - name: scale
         input: sensors.raw
@@ -78,7 +80,7 @@ _SECTION_KEYS = {
     "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
                  "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes"),
     "topics": ("create", "partitions", "replication_factor"),
-    "metrics": ("file", "interval_seconds"),
+    "metrics": ("file", "interval_seconds", "port", "address", "stalls_before_unhealthy"),
 }
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "checkpoint": {"every_records": 10_000, "every_seconds": 10.0, "chunk_bytes": 512 * 1024},
@@ -86,7 +88,8 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "consumer": {"max_poll_interval_ms": 300_000, "session_timeout_ms": 10_000,
                  "heartbeat_interval_ms": 3_000, "auto_offset_reset": "earliest"},
     "topics": {"create": False, "partitions": 1, "replication_factor": 1},
-    "metrics": {"file": None, "interval_seconds": 10.0},
+    "metrics": {"file": None, "interval_seconds": 10.0, "port": None, "address": "0.0.0.0",
+                "stalls_before_unhealthy": 3},
 }
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -279,6 +282,14 @@ def _section(value: Any, sec: str, where: str, base: dict, err) -> dict:
         elif k == "file":
             if v is not None and not isinstance(v, str):
                 raise err(f"{where}: {sec}.{k} must be a path, got {v!r}")
+        elif k == "port":  # /metrics, /healthz, /readyz (0: any free port)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                                  or not 0 <= v <= 65535):
+                raise err(f"{where}: {sec}.{k} must be a TCP port 0-65535, got {v!r}")
+        elif k == "address":
+            if not isinstance(v, str) or not v:
+                raise err(f"{where}: {sec}.{k} must be an address to listen on "
+                          f"(0.0.0.0, 127.0.0.1, ...), got {v!r}")
         elif isinstance(want, bool):
             if not isinstance(v, bool):
                 raise err(f"{where}: {sec}.{k} must be true or false, got {v!r}")

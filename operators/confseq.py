@@ -26,6 +26,7 @@ from shiftwatch.operators.confseq_kernels import (
     M_LAYOUT,
     M_PFA,
     N_SCALARS,
+    OUT_ROWS,
     S_ALARM,
     S_BURN,
     S_CENTER,
@@ -39,6 +40,7 @@ from shiftwatch.operators.confseq_kernels import (
     cs_hull_step,
 )
 from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.locate import LOCATE_KINDS, ValueWindow, locate_change
 from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 from shiftwatch.operators.registry import register
 from shiftwatch.operators.sensitivity import Sensitivity
@@ -289,7 +291,7 @@ class ConfSeqDetector(river_base.DriftDetector):
             self._log_thr = math.log(2.0 * n_bets / alpha) + extra
             self._cap_plus = np.zeros_like(self._lam_plus)
             self._cap_minus = np.zeros_like(self._lam_plus)
-        self._last = np.array([0.0, -np.inf, np.inf])
+        self._last = np.array([0.0, -np.inf, np.inf, -1.0])
         self._one = np.zeros(1)
         self._hull = self.cs in _HULL
         self._bounded = self.bounded
@@ -351,6 +353,10 @@ class ConfSeqDetector(river_base.DriftDetector):
         new = {}
         for k, v in state.items():
             arr = np.asarray(v)
+            if k in ("_scalars", "_last") and arr.ndim == 1 and arr.shape[0] < mine[k].shape[0] \
+                    and arr.shape[0] in (10, 3) and arr.dtype == mine[k].dtype:
+                # A state written before the kernels located changes: no start recorded yet.
+                arr = np.r_[arr, 0.0, 0.0] if k == "_scalars" else np.r_[arr, -1.0]
             if arr.dtype != mine[k].dtype or (arr.shape != mine[k].shape
                                               and k not in ("_hull_x", "_hull_y")):
                 raise ValueError(f"state_dict entry {k} has the wrong dtype or shape")
@@ -382,9 +388,13 @@ class ConfSeqDetector(river_base.DriftDetector):
                                f"[lower, upper] = [{self.lower}, {self.upper}]")
         return arr
 
-    def _run(self, xs: np.ndarray) -> np.ndarray:
-        """Feed checked values; return ``out`` with rows alarm, lower, upper."""
-        out = np.empty((3, xs.shape[0]))
+    def _run(self, xs: np.ndarray, stop_at_alarm: bool = False) -> np.ndarray:
+        """Feed checked values; return ``out`` with rows alarm, lower, upper, located lag.
+
+        With ``stop_at_alarm`` it stops right after the first alarm: ``out`` then has one
+        column per value consumed.
+        """
+        out = np.empty((OUT_ROWS, xs.shape[0]))
         if xs.shape[0] == 0:
             return out
         if self.cs in _HULL:
@@ -393,14 +403,17 @@ class ConfSeqDetector(river_base.DriftDetector):
                 done = cs_hull_run(xs, done, self.cs == "empirical-bernstein", self.pfa,
                                    self._grid, self._hull_x, self._hull_y, self._hull_size,
                                    self._walk, self._scalars, self._burn, self._ring_y,
-                                   self._ring_best, out)
-                if done == xs.shape[0]:
+                                   self._ring_best, out, stop_at_alarm)
+                if done == xs.shape[0] or (stop_at_alarm and out[0, done - 1] != 0.0):
                     break
                 self._grow()
         else:
-            cs_betting_run(xs, 0, self.cs == "quantile", float(self.quantile), self.pfa,
-                           self._theta, self._lam_plus, self._lam_minus, self._log_thr,
-                           self._cap_plus, self._cap_minus, self._scalars, self._burn, out)
+            done = cs_betting_run(xs, 0, self.cs == "quantile", float(self.quantile), self.pfa,
+                                  self._theta, self._lam_plus, self._lam_minus, self._log_thr,
+                                  self._cap_plus, self._cap_minus, self._scalars, self._burn,
+                                  out, stop_at_alarm)
+        if done < xs.shape[0]:
+            out = out[:, :done]
         self._last[:] = out[:, -1]
         return out
 
@@ -453,11 +466,37 @@ class ConfSeqDetector(river_base.DriftDetector):
         return float(self._last[1]), float(self._last[2])
 
     @property
+    def change_lag(self) -> int | None:
+        """At an alarm, how many values back the change is located (0: the last value).
+
+        The later of the two start times whose confidence sequences attain the max lower and
+        the min upper bound when the intersection became empty (see :class:`ConfSeqOperator`,
+        Locating). None without an alarm, and for ``"betting"`` and ``"quantile"``, whose
+        capitals are shared by all start times and so do not say which start excluded.
+        """
+        lag = self._last[3]
+        return None if not self.drift_detected or lag < 0 else int(lag)
+
+    @property
     def memory_items(self) -> int:
         """Number of stored start-time summaries (hull points, ring entries or grid cells)."""
         if self.cs in _HULL:
             return int(self._hull_size.sum()) if not self.prune else self._ring_y.size
         return int(self._cap_plus.size + self._cap_minus.size)
+
+
+#: What ``locate=True`` means for the linear-boundary CSs (see ConfSeqOperator, Locating).
+LOCATE_DEFAULT = "cs"
+#: Whether a detector restarts from the located change (see ConfSeqOperator, Restart).
+RESTART_DEFAULT = False
+
+
+def _ts(record: Mapping) -> float | None:
+    """The record's ``ts`` if it is a number (kept with the value for ``change_ts``)."""
+    ts = record.get("ts") if isinstance(record, Mapping) else None
+    if isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool):
+        return float(ts)
+    return None
 
 
 @register("cs")
@@ -496,7 +535,8 @@ class ConfSeqOperator(Operator):
     def __init__(self, field: str = "value", cs: str = "subgaussian", alpha: float = 0.001,
                  sigma: float | None = None, lower: float = 0.0, upper: float = 1.0,
                  quantile: float = 0.5, pfa: bool = False, prune: int | None = None,
-                 burn_in: int = 30):
+                 burn_in: int = 30, locate: bool | str = True, locate_window: int = 1000,
+                 restart: bool = RESTART_DEFAULT):
         self.field = field
         self.cs = cs
         self.alpha = alpha
@@ -507,20 +547,49 @@ class ConfSeqOperator(Operator):
         self.pfa = pfa
         self.prune = prune
         self.burn_in = burn_in
+        self.locate = locate
+        self.locate_window = locate_window
+        self.restart = restart
         self._validate_params()
         self._reset()
 
     def _detector_params(self) -> dict:
-        return {k: v for k, v in self._get_params().items() if k != "field"}
+        return {k: v for k, v in self._get_params().items()
+                if k not in ("field", "locate", "locate_window", "restart")}
 
     def _validate_params(self) -> None:
         if not isinstance(self.field, str) or not self.field or "" in self.field.split("."):
             raise ValueError(f"field must be a dotted path such as 'value', got {self.field!r}")
         ConfSeqDetector(**self._detector_params())
+        kinds = ("cs", *LOCATE_KINDS)
+        if not (isinstance(self.locate, bool) or self.locate in kinds):
+            raise ValueError(f"locate must be true, false or one of {', '.join(kinds)}, "
+                             f"got {self.locate!r}")
+        if self.locate == "cs" and self.cs not in _HULL:
+            raise ValueError(f"locate='cs' needs a linear-boundary CS ({', '.join(_HULL)}); "
+                             f"cs={self.cs!r} does not locate: use locate='mean'")
+        if (isinstance(self.locate_window, bool) or not isinstance(self.locate_window, int)
+                or self.locate_window < 2):
+            raise ValueError(f"locate_window must be an integer >= 2, got {self.locate_window!r}")
+        if not isinstance(self.restart, bool):
+            raise ValueError(f"restart must be true or false, got {self.restart!r}")
+
+    @property
+    def locate_kind(self) -> str | None:
+        """The locator in use: ``"cs"``, ``"mean"``, ``"meanvar"`` or None (off)."""
+        if self.locate is False:
+            return None
+        if self.locate is True:
+            return LOCATE_DEFAULT if self.cs in _HULL else "mean"
+        return self.locate
 
     def _reset(self) -> None:
         self._shape: list | None = None
         self._detectors: list[ConfSeqDetector] = []
+        self._count = 0  # records accepted so far = the position of the next one
+        # The values since the previous located change, bounded (None when neither locating
+        # nor restarting needs them).
+        self._window: ValueWindow | None = None
 
     def _make(self, shape: tuple) -> None:
         d = shape[0] if shape else 1
@@ -528,23 +597,40 @@ class ConfSeqOperator(Operator):
         params["alpha"] = float(self.alpha) / d
         self._detectors = [ConfSeqDetector(**params) for _ in range(d)]
         self._shape = list(shape)
+        if self.locate is not False or self.restart:
+            self._window = ValueWindow(self.locate_window, d if shape else 0)
 
     def state_dict(self) -> dict:
+        window = self._window
         return {"operator": self.name,
                 "state": {"shape": None if self._shape is None else list(self._shape),
-                          "detectors": [d.state_dict() for d in self._detectors]}}
+                          "detectors": [d.state_dict() for d in self._detectors],
+                          "count": self._count,
+                          "window": None if window is None else window.state_dict()}}
 
     def load_state_dict(self, state: Mapping) -> None:
         inner = self._state_payload(state)
         self._reset()
         if inner.get("shape") is None:
             return
-        self._make(tuple(int(s) for s in inner["shape"]))
+        shape = tuple(int(s) for s in inner["shape"])
+        self._make(shape)
         docs = inner.get("detectors") or []
         if len(docs) != len(self._detectors):
             raise ValueError("state_dict holds the wrong number of detectors")
         for det, doc in zip(self._detectors, docs, strict=True):
             det.load_state_dict(doc)
+        self._count = int(inner.get("count", 0))
+        window = inner.get("window")
+        if window is not None and self._window is not None:
+            window = ValueWindow.from_state_dict(window)
+            if window.dim != (shape[0] if shape else 0):
+                raise ValueError("state_dict's locate window does not match the value shape")
+            self._window = window
+        elif self._window is not None:
+            # Written with locate and restart off: positions of the window start here.
+            self._window = ValueWindow(self.locate_window, shape[0] if shape else 0)
+            self._window._count = self._count
 
     # ---- processing -----------------------------------------------------------------
 
@@ -572,29 +658,102 @@ class ConfSeqOperator(Operator):
     def _edge(v: float) -> float | None:
         return v if math.isfinite(v) else None
 
-    def _outputs(self, records: list[Mapping], outs: list[np.ndarray], vector: bool) -> list:
+    def _outputs(self, records: list[Mapping], outs: list[np.ndarray], vector: bool,
+                 located: dict[int, tuple[int, float | None]]) -> list:
         result = []
         edge = self._edge
         for i, record in enumerate(records):
             if not vector:
                 o = outs[0]
-                result.append(self._output(record, alarm=bool(o[0, i] != 0.0),
-                                           lower=edge(float(o[1, i])),
-                                           upper=edge(float(o[2, i]))))
+                out = self._output(record, alarm=bool(o[0, i] != 0.0),
+                                   lower=edge(float(o[1, i])), upper=edge(float(o[2, i])))
             else:
                 coords = [c for c, o in enumerate(outs) if o[0, i] != 0.0]
-                result.append(self._output(
+                out = self._output(
                     record, alarm=bool(coords),
                     lower=[edge(float(o[1, i])) for o in outs],
-                    upper=[edge(float(o[2, i])) for o in outs], coordinates=coords))
+                    upper=[edge(float(o[2, i])) for o in outs], coordinates=coords)
+            if i in located:
+                at, ts = located[i]
+                out["change_at"] = at
+                if ts is not None:
+                    out["change_ts"] = ts
+            result.append(out)
         return result
+
+    def _feed(self, matrix: np.ndarray, ts: list) -> tuple[list[np.ndarray], dict]:
+        """Run the detectors over ``matrix`` (one row per record, one column per coordinate).
+
+        Returns each coordinate's kernel output and ``{row: (change_at, change_ts)}`` for the
+        rows that alarmed (empty when locating is off). Each coordinate's detector runs up to
+        its next alarm on its own (they are independent); the shared window then takes the
+        values up to the earliest pending alarm, which is located (and the alarmed detectors
+        restarted) before any later one.
+        """
+        m, d = matrix.shape
+        base = self._count
+        self._count += m
+        window = self._window
+        cols = [np.ascontiguousarray(matrix[:, c]) for c in range(d)]
+        if window is None:
+            return [det._run(cols[c]) for c, det in enumerate(self._detectors)], {}
+        kind = self.locate_kind
+        pieces: list[list[np.ndarray]] = [[] for _ in range(d)]
+        ptr = [0] * d
+        pending: list[int | None] = [None] * d
+        located: dict[int, tuple[int, float | None]] = {}
+        pushed = 0
+        while True:
+            for c, det in enumerate(self._detectors):
+                if pending[c] is None and ptr[c] < m:
+                    o = det._run(cols[c][ptr[c]:], stop_at_alarm=True)
+                    pieces[c].append(o)
+                    ptr[c] += o.shape[1]
+                    if o[0, -1] != 0.0:
+                        pending[c] = ptr[c] - 1
+            due = [p for p in pending if p is not None]
+            if not due:
+                break
+            e = min(due)
+            alarmed = [c for c in range(d) if pending[c] == e]
+            window.push_many(matrix[pushed:e + 1] if self._shape else matrix[pushed:e + 1, 0],
+                             ts[pushed:e + 1])
+            pushed = e + 1
+            if kind is not None:
+                at = self._locate_at(window, base + e, alarmed, pieces, kind)
+                located[e] = (at, window.ts_at(at))
+                window.drop_before(at)
+            if self.restart:
+                kept = window.values()
+                for c in alarmed:
+                    self._detectors[c]._run(np.ascontiguousarray(
+                        kept if not self._shape else kept[:, c]))
+            for c in alarmed:
+                pending[c] = None
+        if pushed < m:
+            window.push_many(matrix[pushed:] if self._shape else matrix[pushed:, 0],
+                             ts[pushed:])
+        outs = [np.concatenate(p, axis=1) if len(p) > 1 else p[0] for p in pieces]
+        return outs, located
+
+    def _locate_at(self, window: ValueWindow, position: int, alarmed: list[int],
+                   pieces: list[list[np.ndarray]], kind: str) -> int:
+        """The located change of an alarm at ``position`` (the window ends with it)."""
+        if kind == "cs":
+            # The kernel's lag of the last value each alarmed detector consumed (its alarm);
+            # the earliest located start over the alarmed coordinates.
+            return min(position - int(pieces[c][-1][3, -1]) for c in alarmed)
+        values = window.values()
+        if self._shape:
+            values = values[:, alarmed]
+        return window.start + locate_change(values, kind)
 
     def process(self, record: Mapping) -> list[dict]:
         shape, value = self._read(record)
         if self._shape is None:
             self._make(shape)
-        outs = [d._run(value[c:c + 1]) for c, d in enumerate(self._detectors)]
-        return self._outputs([record], outs, bool(shape))
+        outs, located = self._feed(value[None, :], [_ts(record)])
+        return self._outputs([record], outs, bool(shape), located)
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
         """Same outputs as :meth:`process` in a loop; the detectors run once over the batch."""
@@ -615,9 +774,9 @@ class ConfSeqOperator(Operator):
             slots.append(None)
         if good:
             matrix = np.vstack(values)
-            outs = [d._run(np.ascontiguousarray(matrix[:, c]))
-                    for c, d in enumerate(self._detectors)]
-            produced = iter(self._outputs(good, outs, bool(self._shape)))
+            ts = [_ts(r) for r in good] if self._window is not None else []
+            outs, located = self._feed(matrix, ts)
+            produced = iter(self._outputs(good, outs, bool(self._shape), located))
         else:
             produced = iter(())
         return [next(produced) if s is None else s for s in slots]

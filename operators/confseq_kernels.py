@@ -39,7 +39,7 @@ __all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "
            "HULL_STATE", "BETTING_STATE", "M_FLAG", "M_PFA", "M_LAYOUT",
            "M_HULL_SIZE",
            "S_N", "S_LOWER", "S_UPPER", "S_SUM", "S_ALARM", "S_NBURN", "S_CENTER", "S_SCALE",
-           "S_VAR", "S_BURN", "N_SCALARS"]
+           "S_VAR", "S_BURN", "S_ARGLO", "S_ARGHI", "N_SCALARS", "OUT_ROWS"]
 
 # Layout of the scalar state vector shared by both kernels.
 S_N = 0        # observations in the current run (after the burn-in)
@@ -52,7 +52,9 @@ S_CENTER = 6   # location subtracted before the CS (fixed, or learned on the bur
 S_SCALE = 7    # scale divided by (fixed, or learned on the burn-in)
 S_VAR = 8      # sub-Gaussian variance proxy of the standardised values (constant-v modes)
 S_BURN = 9     # burn-in length (0: none)
-N_SCALARS = 10
+S_ARGLO = 10   # hull CSs: run index of the start whose CS attains the max lower bound
+S_ARGHI = 11   # hull CSs: run index of the start whose CS attains the min upper bound
+N_SCALARS = 12
 
 # Single-value path (``update``): every array of a detector lives in one float64 buffer and one
 # int64 buffer, so that a call from Python passes three arguments instead of fourteen (each
@@ -67,6 +69,8 @@ M_FLAG = 0     # empirical Bernstein (hull) / quantile (betting)
 M_PFA = 1      # alpha_m variant
 M_LAYOUT = 2   # first of the (offset, d0, d1, d2) blocks
 M_HULL_SIZE = M_LAYOUT + 4 * len(HULL_STATE)  # the (2, n_lambdas) hull sizes (hull CSs only)
+#: Rows of the kernels' ``out``: alarm, lower, upper, located lag (see cs_hull_run).
+OUT_ROWS = 4
 
 
 @njit(cache=True)
@@ -86,6 +90,20 @@ def hull_max_slope(hx, hy, h, qx, qy):
         else:
             hi = mid
     return (qy - hy[lo]) / (qx - hx[lo])
+
+
+@njit(cache=True)
+def hull_argmax_slope(hx, hy, h, qx, qy):
+    """The index ``k`` of :func:`hull_max_slope`'s maximum (same search, same tie-breaking)."""
+    lo = 0
+    hi = h - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (qy - hy[mid]) * (qx - hx[mid + 1]) < (qy - hy[mid + 1]) * (qx - hx[mid]):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @intrinsic
@@ -138,7 +156,7 @@ def _finish_burn_in(scal, burn, scale_from_burn):
 
 @njit(cache=True)
 def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk, scal, burn,
-                ring_y, ring_best, out):
+                ring_y, ring_best, out, stop_at_alarm):
     """Run the linear-boundary CS detector over ``xs[start:]``; return the count consumed.
 
     ``grid[0]`` holds ``lambda_j``, ``grid[1]`` the drift coefficient ``a_j`` (the walk of side
@@ -147,6 +165,13 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
     ``mu_hat = (1/2 + sum z) / n``. Side 0 gives lower bounds, side 1 upper bounds (negated
     walk). ``ring_y.shape[2] > 1`` selects the pruned scan over the last ``ring_y.shape[2]``
     starts. ``out[0, i]`` is 1.0 at an alarm, ``out[1:3, i]`` the interval (data units).
+
+    Locating: each side also remembers the start (its run index, 0-based after the burn-in)
+    whose CS attains the running max lower / min upper bound (``scal[S_ARGLO]``,
+    ``scal[S_ARGHI]``; in the pruned scan, the start attaining the max over the active ones).
+    At an alarm ``out[3, i]`` is the lag from the later of the two starts to the alarm
+    (``0`` = the alarm value itself), -1 otherwise. With ``stop_at_alarm`` the run returns
+    right after the first alarm (the caller may restart the detector before going on).
     """
     n_grid = grid.shape[1]
     cap = hull_x.shape[2]
@@ -166,6 +191,8 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
             scal[S_LOWER] = -np.inf
             scal[S_UPPER] = np.inf
             scal[S_SUM] = 0.0
+            scal[S_ARGLO] = 0.0
+            scal[S_ARGHI] = 0.0
             hull_size[:, :] = 0
             walk[:, :] = 0.0
             if n_burn > 0:
@@ -178,6 +205,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
             out[0, i] = 0.0
             out[1, i] = -np.inf
             out[2, i] = np.inf
+            out[3, i] = -1.0
             i += 1
             continue
         if not pruned:
@@ -203,6 +231,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
         for s in range(2):
             sign = 1.0 - 2.0 * s
             best = -np.inf
+            arg = 0.0
             if shared:
                 # walk[s, 0] is the plain walk sum(sign z); the hull is of its points.
                 h = hull_size[s, 0]
@@ -218,9 +247,12 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                 hull_size[s, 0] = h
                 walk[s, 0] += sign * z
                 for j in range(n_grid):
-                    b = hull_max_slope(hx, hy, h, n, walk[s, 0] - grid[2, j]) - grid[1, j] * v
+                    qy = walk[s, 0] - grid[2, j]
+                    k = hull_argmax_slope(hx, hy, h, n, qy)
+                    b = (qy - hy[k]) / (n - hx[k]) - grid[1, j] * v
                     if b > best:
                         best = b
+                        arg = hx[k]
             for j in range(n_grid if not shared else 0):
                 lam = grid[0, j]
                 py = walk[s, j] + pen / lam
@@ -240,9 +272,11 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                     hy[h] = py
                     h += 1
                     hull_size[s, j] = h
-                    b = hull_max_slope(hx, hy, h, n, qy)
+                    k = hull_argmax_slope(hx, hy, h, n, qy)
+                    b = (qy - hy[k]) / (n - hx[k])
                     if b > best:
                         best = b
+                        arg = hx[k]
             if pruned:
                 ring_best[s, slot] = -np.inf
                 active = int(min(n, prune))
@@ -259,17 +293,22 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                         ring_best[s, sl] = b_start
                     if ring_best[s, sl] > best:
                         best = ring_best[s, sl]
+                        arg = p
                 if s == 0:
                     scal[S_LOWER] = best
+                    scal[S_ARGLO] = arg
                 else:
                     scal[S_UPPER] = -best
+                    scal[S_ARGHI] = arg
             else:
                 if s == 0:
                     if best > scal[S_LOWER]:
                         scal[S_LOWER] = best
+                        scal[S_ARGLO] = arg
                 else:
                     if -best < scal[S_UPPER]:
                         scal[S_UPPER] = -best
+                        scal[S_ARGHI] = arg
         lower = scal[S_LOWER]
         upper = scal[S_UPPER]
         out[1, i] = scal[S_CENTER] + scal[S_SCALE] * lower
@@ -277,15 +316,19 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
         if lower > upper:
             scal[S_ALARM] = 1.0
             out[0, i] = 1.0
+            out[3, i] = n - 1.0 - max(scal[S_ARGLO], scal[S_ARGHI])
+            if stop_at_alarm:
+                return i + 1
         else:
             out[0, i] = 0.0
+            out[3, i] = -1.0
         i += 1
     return i
 
 
 @njit(cache=True)
 def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_thr, cap_plus,
-                   cap_minus, scal, burn, out):
+                   cap_minus, scal, burn, out, stop_at_alarm):
     """Run the betting CS detector over ``xs[start:]``; return the count consumed.
 
     Mean (``quantile=False``): ``z = (x - center) / scale`` in [0, 1]; side + bets
@@ -295,7 +338,8 @@ def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_
     bets ``1 + lambda (1{x < theta_g} - p)`` against ``q_p >= theta_g``. Both capitals are
     monotone in ``theta``, so the excluded set on each side is a half-line and the state keeps
     the index of its edge (``scal[S_LOWER]``, ``scal[S_UPPER]``). Capitals are compared with
-    ``exp(log_thr)`` (union over the bets, hedged: ``2 n_bets / alpha``).
+    ``exp(log_thr)`` (union over the bets, hedged: ``2 n_bets / alpha``). ``out[3]`` is -1
+    (these CSs do not locate the change); ``stop_at_alarm`` as in :func:`cs_hull_run`.
     """
     n_theta = theta.shape[0]
     n_bets = lam_plus.shape[0]
@@ -321,6 +365,7 @@ def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_
             out[0, i] = 0.0
             out[1, i] = -np.inf
             out[2, i] = np.inf
+            out[3, i] = -1.0
             i += 1
             continue
         n = scal[S_N] + 1.0
@@ -387,9 +432,12 @@ def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_
             out[1, i] = scal[S_CENTER] + scal[S_SCALE] * (theta[new_lo] if new_lo >= 0 else 0.0)
             out[2, i] = scal[S_CENTER] + scal[S_SCALE] * (
                 theta[new_hi] if new_hi < n_theta else 1.0)
+        out[3, i] = -1.0
         if new_lo >= new_hi:
             scal[S_ALARM] = 1.0
             out[0, i] = 1.0
+            if stop_at_alarm:
+                return i + 1
         else:
             out[0, i] = 0.0
         i += 1
@@ -410,7 +458,7 @@ def cs_hull_step(x, buf, meta):
                        _view3(buf, meta, 1), _view3(buf, meta, 2), hull_size,
                        _view2(buf, meta, 3), _view1(buf, meta, 4), _view1(buf, meta, 5),
                        _view3(buf, meta, 6), _view2(buf, meta, 7),
-                       _view1(buf, meta, 8).reshape((3, 1)))
+                       _view1(buf, meta, 8).reshape((OUT_ROWS, 1)), False)
 
 
 @njit(cache=True)
@@ -423,4 +471,4 @@ def cs_betting_step(x, buf, meta):
                           _view1(buf, meta, 0), _view2(buf, meta, 1), _view2(buf, meta, 2),
                           params[1], _view2(buf, meta, 3), _view2(buf, meta, 4),
                           _view1(buf, meta, 5), _view1(buf, meta, 6),
-                          _view1(buf, meta, 7).reshape((3, 1)))
+                          _view1(buf, meta, 7).reshape((OUT_ROWS, 1)), False)

@@ -238,6 +238,37 @@ class ValueWindow:
         if self._size < self.capacity:
             self._size += 1
 
+    def push_many(self, values, ts=None) -> None:
+        """:meth:`push` for each row of ``values`` (and each entry of ``ts``, None or NaN for none).
+
+        >>> w = ValueWindow(capacity=3)
+        >>> w.push_many([1.0, 2.0, 3.0, 4.0], ts=[None, 11.0, 12.0, 13.0])
+        >>> w.values().tolist(), w.start, w.ts_at(1)
+        ([2.0, 3.0, 4.0], 1, 11.0)
+        """
+        vals = np.asarray(values, dtype=np.float64)
+        k = vals.shape[0] if vals.ndim else 0
+        if k == 0:
+            return
+        t = None if ts is None else np.array([np.nan if v is None else v for v in ts],
+                                             dtype=np.float64)
+        if t is not None and t.shape != (k,):
+            raise ValueError(f"ts must hold {k} entries, got {t.shape}")
+        if k > self.capacity:  # only the last `capacity` values can be held
+            skip = k - self.capacity
+            vals, k = vals[skip:], self.capacity
+            t = None if t is None else t[skip:]
+            self._count += skip
+        idx = (self._count + np.arange(k)) % self.capacity
+        self._buf[idx] = vals
+        if t is not None and (self._has_ts or not np.all(np.isnan(t))):
+            self._ts[idx] = t
+            self._has_ts = True
+        elif self._has_ts:
+            self._ts[idx] = np.nan
+        self._count += k
+        self._size = min(self._size + k, self.capacity)
+
     def _order(self) -> np.ndarray:
         return (np.arange(self.start, self._count) % self.capacity) if self._size else \
             np.empty(0, dtype=np.int64)

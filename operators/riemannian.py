@@ -17,6 +17,7 @@ from numba import njit
 from river.base import DriftDetector
 
 from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.locate import ValueWindow, mean_change_split
 from shiftwatch.operators.manifolds import (
     MANIFOLD_NAMES,
     Manifold,
@@ -112,6 +113,24 @@ _KERNELS = {
     "grassmann": karcher_scores_grassmann,
     "sphere": karcher_scores_sphere,
 }
+
+
+def point_distances(kind: str, p: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """Distances from the estimate ``p`` (internal form, see ``_to_internal``) to each of ``xs``."""
+    out = np.empty(len(xs))
+    for t in range(len(xs)):
+        x = xs[t]
+        if kind == "spd-affine":
+            out[t] = spd_affine_dist(p, x)
+        elif kind == "spd-logeuclid":
+            out[t] = math.sqrt(float(np.sum((sym_logm(x) - p) ** 2)))
+        elif kind == "spd-bw":
+            out[t] = spd_bw_dist(p, x)
+        elif kind == "grassmann":
+            out[t] = grassmann_dist(p, x)
+        else:
+            out[t] = sphere_dist(p, x)
+    return out
 
 
 def _to_internal(kind: str, x: np.ndarray) -> np.ndarray:
@@ -439,8 +458,12 @@ class KarcherDetector(DriftDetector):
         if self._drift_detected and self.reset_on_alarm:
             self._restart = True
 
-    def update_many(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def update_many(self, xs: np.ndarray, stop_at_alarm: bool = False,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``update`` over validated points ``xs`` (T, ...): returns (g, alarms, thresholds).
+
+        With ``stop_at_alarm`` it returns right after the first alarm (the arrays then end
+        there), with the estimates as they were at the alarm.
 
         ``thresholds`` holds the threshold each ``g`` was compared with (NaN where there was
         none yet).
@@ -457,6 +480,8 @@ class KarcherDetector(DriftDetector):
             self._start_over_if_needed()
             if self._shape is None:
                 self._shape = list(xs[i].shape)
+            saved = None if self._p0 is None or not stop_at_alarm else (self._p0.copy(),
+                                                                         self._p1.copy())
             g = self._advance(xs[i:])
             # The kernel ran to the end; if an alarm resets the estimates at j, the samples
             # after j are redone from the fresh start, so the result equals the loop.
@@ -468,11 +493,24 @@ class KarcherDetector(DriftDetector):
                 if self._h is not None:
                     hs[i + j] = self._h
                 self._drift_detected = alarm
-                if alarm and self.reset_on_alarm:
+                if alarm and self.reset_on_alarm and not stop_at_alarm:
                     self._restart = True
                     stop = i + j + 1
                     break
+                if alarm and stop_at_alarm:
+                    self._restart = self.reset_on_alarm
+                    # The kernel ran past the alarm: redo the run up to it from the estimates
+                    # before, so that they are the ones at the alarm (locating reads them).
+                    stop = i + j + 1
+                    if saved is None:
+                        self._p0 = self._p1 = None
+                    else:
+                        self._p0, self._p1 = saved
+                    self._advance(xs[i:stop])
+                    break
             i = stop
+            if stop_at_alarm and alarms[i - 1]:
+                return g_all[:i], alarms[:i], hs[:i]
         return g_all, alarms, hs
 
     def score_many(self, xs: Any) -> np.ndarray:
@@ -553,7 +591,8 @@ class KarcherOperator(Operator):
     def __init__(self, manifold: str = "spd", step_slow: float = 0.01, step_fast: float = 0.02,
                  threshold: float | str = "adaptive", burn_in: int = 400, update: str = "exp",
                  adapt_rate: float = 0.005, adapt_k: float = 1.64, target_arl: float = 1000.0,
-                 calibration: int = 500, reset_on_alarm: bool = True, field: str = "value"):
+                 calibration: int = 500, reset_on_alarm: bool = True, field: str = "value",
+                 locate: bool = True, locate_window: int = 500, restart: bool = False):
         self.manifold = manifold
         self.step_slow = step_slow
         self.step_fast = step_fast
@@ -566,32 +605,94 @@ class KarcherOperator(Operator):
         self.calibration = calibration
         self.reset_on_alarm = reset_on_alarm
         self.field = field
+        self.locate = locate
+        self.locate_window = locate_window
+        self.restart = restart
         self._validate_params()
         self._reset()
 
     def _detector_params(self) -> dict:
         params = self._get_params()
-        params.pop("field")
+        for k in ("field", "locate", "locate_window", "restart"):
+            params.pop(k)
         return params
 
     def _validate_params(self) -> None:
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
         KarcherDetector(**self._detector_params())
+        if not isinstance(self.locate, bool):
+            raise ValueError(f"locate must be true or false, got {self.locate!r}")
+        if (isinstance(self.locate_window, bool) or not isinstance(self.locate_window, int)
+                or self.locate_window < 2):
+            raise ValueError(f"locate_window must be an integer >= 2, got {self.locate_window!r}")
+        if not isinstance(self.restart, bool):
+            raise ValueError(f"restart must be true or false, got {self.restart!r}")
 
     def _reset(self) -> None:
         self._detector = KarcherDetector(**self._detector_params())
+        self._count = 0  # points accepted so far = the position of the next one
+        # The recent points (flattened) since the previous located change, bounded; made at
+        # the first point when locating or restarting.
+        self._window: ValueWindow | None = None
 
     def state_dict(self) -> dict:
         from shiftwatch.operators.state_codec import decode_state, encode_state
 
-        return {"operator": self.name,
-                "state": decode_state(encode_state(self._detector.state_dict()))}
+        state = decode_state(encode_state(self._detector.state_dict()))
+        state["count"] = self._count
+        state["window"] = None if self._window is None else self._window.state_dict()
+        return {"operator": self.name, "state": state}
 
     def load_state_dict(self, state: Mapping) -> None:
-        payload = self._state_payload(state)
+        payload = dict(self._state_payload(state))
+        count = int(payload.pop("count", 0))
+        window = payload.pop("window", None)
         self._reset()
         self._detector.load_state_dict(payload)
+        self._count = count
+        shape = self._detector._shape
+        if (self.locate or self.restart) and shape is not None:
+            size = int(np.prod(shape))
+            if window is not None:
+                window = ValueWindow.from_state_dict(window)
+                if window.dim != size:
+                    raise ValueError("state_dict's locate window does not match the points")
+            else:
+                window = ValueWindow(self.locate_window, size)
+                window._count = count
+            self._window = window
+
+    def _accept(self, points: np.ndarray, records: list[Mapping]) -> None:
+        """Count accepted points and keep them (and their ts) in the window."""
+        self._count += len(points)
+        if not (self.locate or self.restart):
+            return
+        if self._window is None:
+            self._window = ValueWindow(self.locate_window, int(points[0].size))
+        ts = [_ts(r) for r in records]
+        self._window.push_many(points.reshape(len(points), -1), ts)
+
+    def _after_alarm(self, out: dict) -> None:
+        """Locate the alarm just raised (the window ends with it); restart if asked."""
+        window, det = self._window, self._detector
+        if window is None:
+            return
+        pts = window.values().reshape((len(window), *det._shape))
+        if self.locate and len(pts):
+            dist = point_distances(det.geometry.kind, det._p0, pts)
+            at = window.start + mean_change_split(dist)[0]
+            out["change_at"] = at
+            ts = window.ts_at(at)
+            if ts is not None:
+                out["change_ts"] = ts
+            window.drop_before(at)
+            pts = window.values().reshape((len(window), *det._shape))
+        if self.restart and self.reset_on_alarm and len(pts):
+            # Start the estimates (and the burn-in) at the located change, not at the next
+            # point; alarms while re-feeding are not reported (nor possible before burn_in).
+            det._start_over_if_needed()
+            det.update_many(pts)
 
     def _emit(self, record: Mapping, g: float, alarm: bool) -> dict:
         h = self._detector.threshold_value
@@ -600,8 +701,13 @@ class KarcherOperator(Operator):
 
     def process(self, record: Mapping) -> list[dict]:
         det = self._detector
-        det.update(get_field(record, self.field))
-        return [self._emit(record, det.statistic, det.drift_detected)]
+        point = det.validate(get_field(record, self.field))
+        det.update(point)
+        self._accept(point[None], [record])
+        out = self._emit(record, det.statistic, det.drift_detected)
+        if out["alarm"]:
+            self._after_alarm(out)
+        return [out]
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
         """Same outputs as :meth:`process` in a loop; valid runs go through the kernel."""
@@ -610,12 +716,21 @@ class KarcherOperator(Operator):
         run: list[tuple[Mapping, np.ndarray]] = []
 
         def flush() -> None:
-            if run:
-                g, alarms, hs = det.update_many(np.stack([p for _, p in run]))
-                for (rec, _), gi, ai, hi in zip(run, g, alarms, hs, strict=True):
+            if not run:
+                return
+            pts = np.stack([p for _, p in run])
+            recs = [r for r, _ in run]
+            i = 0
+            while i < len(pts):
+                g, alarms, hs = det.update_many(pts[i:], stop_at_alarm=True)
+                self._accept(pts[i:i + len(g)], recs[i:i + len(g)])
+                for rec, gi, ai, hi in zip(recs[i:i + len(g)], g, alarms, hs, strict=True):
                     out.append(self._output(rec, alarm=bool(ai), statistic=float(gi),
                                             threshold=None if math.isnan(hi) else float(hi)))
-                run.clear()
+                if alarms[-1]:
+                    self._after_alarm(out[-1])
+                i += len(g)
+            run.clear()
 
         for record in records:
             try:
@@ -677,3 +792,11 @@ class KarcherOperator(Operator):
         else:
             bad += [[1.0, 1.0, 0.0], [1.0, 0.0]]
         return [{"key": "k", "value": v} for v in bad] + [{"key": "k"}]
+
+
+def _ts(record: Mapping) -> float | None:
+    """The record's ``ts`` if it is a number (kept with the point for ``change_ts``)."""
+    ts = record.get("ts") if isinstance(record, Mapping) else None
+    if isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool):
+        return float(ts)
+    return None

@@ -4,8 +4,10 @@ The main API in one import; each name is loaded on first use, so ``import shiftw
 the CLI) stays instant and NumPy, Numba or PyTorch load only when something needs them.
 
 >>> import shiftwatch
->>> shiftwatch.create("river:PageHinkley", threshold=5.0)
-RiverDetector(detector='PageHinkley', field='value', threshold=5.0)
+>>> detector = shiftwatch.ConfSeqDetector(alpha=0.01, sigma=1.0)
+>>> [i for i, x in enumerate([0.0] * 50 + [3.0] * 20) if detector.update(x) or
+...  detector.drift_detected][:1]
+[52]
 
 The packages are :mod:`shiftwatch.streams` (sources), :mod:`shiftwatch.operators` (the
 methods and the operator contract), :mod:`shiftwatch.sinks` (outputs and evaluation) and

@@ -18,8 +18,12 @@ from shiftwatch.operators.confseq import CS_CHOICES, ConfSeqDetector
 # --------------------------------------------------------------------------------------
 
 
-def brute_hull(det: ConfSeqDetector, xs: np.ndarray) -> list[int]:
-    """Alarms of the linear-boundary CS detector, from the formulas, over all start times."""
+def brute_hull(det: ConfSeqDetector, xs: np.ndarray, with_starts: bool = False):
+    """Alarms of the linear-boundary CS detector, from the formulas, over all start times.
+
+    With ``with_starts`` also the located start of each alarm: the later of the starts whose
+    CS attains the running max lower / min upper bound (their index in ``xs``).
+    """
     lam, drift, offset = det._grid
     bern = det.cs == "empirical-bernstein"
     var = det._scalars[8]
@@ -29,6 +33,8 @@ def brute_hull(det: ConfSeqDetector, xs: np.ndarray) -> list[int]:
     center, scale = fixed_center, fixed_scale
     lower, upper = -np.inf, np.inf
     best_start = None
+    arg = [0, 0]  # run index (after the burn-in) of the start attaining each side's bound
+    located = []
     for t, x in enumerate(xs):
         if len(burn) < burn_n:
             burn.append(x)
@@ -64,15 +70,23 @@ def brute_hull(det: ConfSeqDetector, xs: np.ndarray) -> list[int]:
             k = det.prune
             lower = max(best_start[0][-k:])
             upper = -max(best_start[1][-k:])
+            for s in range(2):
+                active = np.array(best_start[s][-k:])
+                # the newest start among ties, as the kernel scans newest first
+                arg[s] = n - 1 - int(np.argmax(active[::-1]))
         else:
-            lower = max(lower, bounds[0].max())
-            upper = min(upper, -bounds[1].max())
+            if bounds[0].max() > lower:
+                lower, arg[0] = bounds[0].max(), int(np.argmax(bounds[0]))
+            if -bounds[1].max() < upper:
+                upper, arg[1] = -bounds[1].max(), int(np.argmax(bounds[1]))
         if lower > upper:
             alarms.append(t)
+            located.append(t - (n - 1) + max(arg))
             run, burn, best_start = [], [], None
             lower, upper = -np.inf, np.inf
             center, scale = fixed_center, fixed_scale
-    return alarms
+            arg = [0, 0]
+    return (alarms, located) if with_starts else alarms
 
 
 def brute_betting(det: ConfSeqDetector, xs: np.ndarray) -> list[int]:
@@ -156,6 +170,38 @@ def test_hull_detector_equals_brute_force(params):
         assert fast == brute_hull(ConfSeqDetector(**params), xs), (params, seed)
         total += len(fast)
     assert total >= (1 if "prune" in params else 3)  # the streams exercise alarms and restarts
+
+
+def _located_fast(params: dict, xs: np.ndarray) -> tuple[list[int], list[int]]:
+    """Alarms and located starts from the kernel (update_many and the update loop agree)."""
+    det = ConfSeqDetector(**params)
+    out = det._run(np.ascontiguousarray(xs))
+    alarms = np.flatnonzero(out[0] != 0.0)
+    loop = ConfSeqDetector(**params)
+    lags = []
+    for x in xs:
+        loop.update(float(x))
+        if loop.drift_detected:
+            lags.append(loop.change_lag)
+    assert out[3, alarms].tolist() == lags
+    return alarms.tolist(), (alarms - out[3, alarms].astype(int)).tolist()
+
+
+@pytest.mark.parametrize("params", HULL_CASES, ids=lambda p: "-".join(f"{v}" for v in p.values()))
+def test_hull_located_start_equals_brute_force(params):
+    # The kernel's located start (the later of the starts attaining the max lower / min upper
+    # bound) is the one the brute force finds over all start times.
+    bounded = params["cs"] != "subgaussian"
+    total = 0
+    for seed in range(N_STREAMS):
+        rng = np.random.default_rng(seed)
+        xs = _stream(rng, int(rng.integers(60, 220)), bounded)
+        alarms, starts = _located_fast(params, xs)
+        b_alarms, b_starts = brute_hull(ConfSeqDetector(**params), xs, with_starts=True)
+        assert (alarms, starts) == (b_alarms, b_starts), (params, seed)
+        assert all(0 <= s <= a for s, a in zip(starts, alarms, strict=True))
+        total += len(alarms)
+    assert total >= 1
 
 
 @pytest.mark.parametrize("params", [dict(cs="betting", alpha=0.2),

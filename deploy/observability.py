@@ -1,0 +1,400 @@
+"""Prometheus metrics and health probes for ``shiftwatch run`` and ``shiftwatch replay``.
+
+One :class:`MetricsServer` per process serves, on one port:
+
+* ``/metrics``: the Prometheus text format, written by ``prometheus_client`` from the
+  server's own registry (:data:`METRICS` lists every family, its type and labels);
+* ``/healthz``: 200 while every stage's loop turns (a loop turn within the stage's
+  ``liveness_seconds``, and fewer than ``stalls_before_unhealthy`` slow batches in a row),
+  503 otherwise;
+* ``/readyz``: 200 once every stage has joined its group and restored the partitions it was
+  assigned (a replay: once it started), 503 before that, during a rebalance and at shutdown.
+
+Each stage (or replay) reports through its own :class:`StageMetrics`, whose label values are
+the pipeline and stage names; per-operator alarm counts add the operator name, dead letters
+a reason class from the fixed set :data:`REASON_CLASSES`, lag the partition number. No label
+ever holds a record key or a value, so the number of series is bounded by configuration.
+
+``prometheus_client`` is imported only when a server or a stage's metrics are created: the
+CLI starts without it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+__all__ = ["MetricsServer", "StageMetrics", "METRICS", "REASON_CLASSES", "reason_class"]
+
+log = logging.getLogger("shiftwatch.metrics")
+
+#: Every exported family: name (as exposed; counters gain ``_total``), type, labels, help.
+METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "shiftwatch_records_in_total": (
+        "counter", ("pipeline", "stage"),
+        "Input records read (dead letters and duplicates included)."),
+    "shiftwatch_records_out_total": (
+        "counter", ("pipeline", "stage"), "Output records of the stage's last operator."),
+    "shiftwatch_dead_letters_total": (
+        "counter", ("pipeline", "stage", "reason"),
+        "Dead letters by reason class (decode, missing_field, not_a_number, shape, "
+        "out_of_range, other)."),
+    "shiftwatch_alarms_total": (
+        "counter", ("pipeline", "stage", "operator"),
+        "Outputs with alarm=true, by the operator that emitted them."),
+    "shiftwatch_duplicates_dropped_total": (
+        "counter", ("pipeline", "stage"),
+        "Inputs dropped as duplicates of an upstream stage's re-produced outputs."),
+    "shiftwatch_batch_seconds": (
+        "histogram", ("pipeline", "stage"), "Wall time to process one micro-batch."),
+    "shiftwatch_slow_batches_total": (
+        "counter", ("pipeline", "stage"),
+        "Batches that took over half of consumer.max_poll_interval_ms."),
+    "shiftwatch_consumer_lag_records": (
+        "gauge", ("pipeline", "stage", "partition"),
+        "Records between the partition's high watermark and the stage's next offset."),
+    "shiftwatch_partitions_owned": (
+        "gauge", ("pipeline", "stage"), "Input partitions assigned to this member."),
+    "shiftwatch_rebalances_total": (
+        "counter", ("pipeline", "stage"), "Partition assignments received from the group."),
+    "shiftwatch_checkpoints_total": (
+        "counter", ("pipeline", "stage"), "Checkpoints committed (marker and offset)."),
+    "shiftwatch_checkpoint_seconds": (
+        "histogram", ("pipeline", "stage"),
+        "Time the stage loop spent writing a checkpoint (synchronous ones include the wait "
+        "for acknowledgement and commit)."),
+    "shiftwatch_last_checkpoint_age_seconds": (
+        "gauge", ("pipeline", "stage"),
+        "Seconds since the last committed checkpoint (since the stage started, before the "
+        "first)."),
+    "shiftwatch_stage_ready": (
+        "gauge", ("pipeline", "stage"), "1 when the stage is assigned and restored."),
+    "shiftwatch_stage_live": (
+        "gauge", ("pipeline", "stage"), "1 while the stage's loop turns."),
+}
+
+#: The values of the ``reason`` label of ``shiftwatch_dead_letters_total``.
+REASON_CLASSES = ("decode", "missing_field", "not_a_number", "shape", "out_of_range", "other")
+
+_REASON_PATTERNS = (
+    ("decode", ("invalid json", "not utf-8", "tombstone", "is a json", "not a mapping",
+                "key is an object", "not a record mapping")),
+    ("missing_field", ("has no field",)),
+    ("not_a_number", ("not a number", "must be a number", "not finite", "too large for a float",
+                      "nan or infinite", "not a numeric array", "takes 0/1")),
+    ("shape", ("shape", "dimensions", "length", "ragged", "empty vector", "square matrix",
+               "unit vector", "orthonormal", "symmetric", "positive definite", "norm")),
+    ("out_of_range", ("outside", "class index", "out of range")),
+)
+
+#: Batch-time buckets (seconds): a 1000-record batch takes milliseconds to seconds.
+_BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                  10.0, 30.0, 60.0, 150.0, 300.0)
+
+
+def reason_class(reason: str) -> str:
+    """The bounded class of a dead letter's reason (one of :data:`REASON_CLASSES`).
+
+    >>> reason_class("invalid JSON: Expecting value at column 1")
+    'decode'
+    >>> reason_class("value 'abc' is not a number"), reason_class("record has no field 'x'")
+    ('not_a_number', 'missing_field')
+    >>> reason_class("something new")
+    'other'
+    """
+    low = reason.lower()
+    for cls, needles in _REASON_PATTERNS:
+        if any(n in low for n in needles):
+            return cls
+    return "other"
+
+
+class _Families:
+    """The metric families of one registry (created once per :class:`MetricsServer`)."""
+
+    def __init__(self, registry: Any):
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.registry = registry
+        made: dict[str, Any] = {}
+        for name, (kind, labels, doc) in METRICS.items():
+            if kind == "counter":
+                made[name] = Counter(name.removesuffix("_total"), doc, labels,
+                                     registry=registry)
+            elif kind == "gauge":
+                made[name] = Gauge(name, doc, labels, registry=registry)
+            else:
+                made[name] = Histogram(name, doc, labels, registry=registry,
+                                       buckets=_BATCH_BUCKETS)
+        self.by_name = made
+
+
+class StageMetrics:
+    """The metrics and health of one stage (or one replay) of a process.
+
+    Created by :meth:`MetricsServer.stage`. The stage's loop calls :meth:`turn` once per
+    loop iteration, :meth:`batch` after each micro-batch, :meth:`sync` to copy the counters
+    of its :class:`~shiftwatch.deploy.executor.RunSummary`; the executor calls
+    :meth:`dead_letter` and :meth:`alarms`. None of them raises on normal input.
+
+    Parameters
+    ----------
+    families
+        The registry's metric families.
+    pipeline, stage
+        The label values.
+    liveness_seconds
+        The stage is not live when its loop has not turned for this long.
+    stalls_before_unhealthy
+        The stage is not live after this many slow batches in a row.
+    slow_batch_seconds
+        A batch longer than this is slow (a Kafka stage: half of max_poll_interval_ms).
+
+    Examples
+    --------
+    >>> server = MetricsServer(port=None)
+    >>> m = server.stage("sensors", "detect", stalls_before_unhealthy=2, slow_batch_seconds=1.0)
+    >>> m.alarms("river:ADWIN", 3); m.dead_letter("invalid JSON: x"); m.turn(); m.set_ready(True)
+    >>> m.batch(0.01), m.live, m.batch(2.0), m.live, m.batch(3.0), m.live
+    (None, True, None, True, None, False)
+    >>> server.value("shiftwatch_alarms_total", stage="detect", operator="river:ADWIN")
+    3.0
+    """
+
+    def __init__(self, families: _Families, pipeline: str, stage: str,
+                 liveness_seconds: float = 300.0, stalls_before_unhealthy: int = 3,
+                 slow_batch_seconds: float | None = None):
+        self.families = families
+        self.pipeline = pipeline
+        self.stage = stage
+        self.liveness_seconds = liveness_seconds
+        self.stalls_before_unhealthy = stalls_before_unhealthy
+        self.slow_batch_seconds = slow_batch_seconds
+        self._reset()
+
+    def _reset(self) -> None:
+        f = self.families.by_name
+        lv = (self.pipeline, self.stage)
+        self._c = {k: f[k].labels(*lv) for k, (kind, labels, _) in METRICS.items()
+                   if len(labels) == 2}
+        self._seen: dict[str, float] = {}
+        self._lag_partitions: set[int] = set()
+        self._last_turn = time.monotonic()
+        self._stalls = 0
+        self._ready = False
+        self._started_unix = time.time()
+        self._last_checkpoint_unix: float | None = None
+        self._c["shiftwatch_last_checkpoint_age_seconds"].set_function(self._checkpoint_age)
+        self._c["shiftwatch_stage_live"].set_function(lambda: float(self.live))
+        self._c["shiftwatch_stage_ready"].set_function(lambda: float(self._ready))
+
+    # ---- called by the stage loop --------------------------------------------------
+
+    def turn(self) -> None:
+        """The loop turned (liveness)."""
+        self._last_turn = time.monotonic()
+
+    def batch(self, seconds: float) -> None:
+        """One micro-batch took ``seconds``; counts slow ones and consecutive stalls."""
+        self._c["shiftwatch_batch_seconds"].observe(seconds)
+        if self.slow_batch_seconds is not None and seconds > self.slow_batch_seconds:
+            self._c["shiftwatch_slow_batches_total"].inc()
+            self._stalls += 1
+        else:
+            self._stalls = 0
+        self._last_turn = time.monotonic()
+
+    def checkpoint(self, seconds: float) -> None:
+        """A checkpoint write took ``seconds``."""
+        self._c["shiftwatch_checkpoint_seconds"].observe(seconds)
+
+    def rebalance(self) -> None:
+        """The group assigned partitions."""
+        self._c["shiftwatch_rebalances_total"].inc()
+
+    def set_ready(self, ready: bool) -> None:
+        """Assigned and restored (True), or rebalancing / stopping (False)."""
+        self._ready = ready
+
+    def partitions(self, lags: dict[int, int | None]) -> None:
+        """The partitions owned and their lag (None: not known yet)."""
+        g = self.families.by_name["shiftwatch_consumer_lag_records"]
+        self._c["shiftwatch_partitions_owned"].set(len(lags))
+        for p in self._lag_partitions - set(lags):
+            try:
+                g.remove(self.pipeline, self.stage, str(p))
+            except KeyError:
+                pass
+        self._lag_partitions = set()
+        for p, lag in lags.items():
+            if lag is not None:
+                g.labels(self.pipeline, self.stage, str(p)).set(lag)
+                self._lag_partitions.add(p)
+
+    def sync(self, summary: Any) -> None:
+        """Add what ``summary`` (a :class:`RunSummary`) counted since the last call."""
+        for name, attr in (("shiftwatch_records_in_total", "records_in"),
+                           ("shiftwatch_records_out_total", "outputs"),
+                           ("shiftwatch_duplicates_dropped_total", "duplicates_dropped"),
+                           ("shiftwatch_checkpoints_total", "checkpoints")):
+            now = getattr(summary, attr)
+            delta = now - self._seen.get(attr, 0)
+            if delta > 0:
+                self._c[name].inc(delta)
+                self._seen[attr] = now
+        self._last_checkpoint_unix = getattr(summary, "last_checkpoint_unix", None)
+
+    # ---- called by the executor ------------------------------------------------------
+
+    def dead_letter(self, reason: str) -> None:
+        """One dead letter with this reason text (counted under its class)."""
+        self.families.by_name["shiftwatch_dead_letters_total"].labels(
+            self.pipeline, self.stage, reason_class(reason)).inc()
+
+    def alarms(self, operator: str, n: int) -> None:
+        """``operator`` emitted ``n`` alarm outputs."""
+        if n:
+            self.families.by_name["shiftwatch_alarms_total"].labels(
+                self.pipeline, self.stage, operator).inc(n)
+
+    # ---- health ----------------------------------------------------------------------
+
+    @property
+    def live(self) -> bool:
+        """The loop turned within ``liveness_seconds`` and is not stalled."""
+        return (time.monotonic() - self._last_turn <= self.liveness_seconds
+                and self._stalls < self.stalls_before_unhealthy)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    def health(self) -> dict:
+        return {"live": self.live, "ready": self._ready, "consecutive_stalls": self._stalls,
+                "seconds_since_loop_turn": round(time.monotonic() - self._last_turn, 3)}
+
+    def _checkpoint_age(self) -> float:
+        last = self._last_checkpoint_unix
+        return time.time() - (last if last is not None else self._started_unix)
+
+
+class MetricsServer:
+    """A process's registry and its HTTP server: ``/metrics``, ``/healthz``, ``/readyz``.
+
+    Parameters
+    ----------
+    port
+        TCP port to listen on; 0 picks a free one (see :attr:`port` after :meth:`start`);
+        None serves nothing (the registry still counts, e.g. for tests).
+    address
+        Address to bind: ``0.0.0.0`` in a container (the kubelet probes the pod's IP),
+        ``127.0.0.1`` to stay on loopback.
+
+    Examples
+    --------
+    >>> from urllib.request import urlopen
+    >>> server = MetricsServer(port=0, address="127.0.0.1").start()
+    >>> m = server.stage("p", "s")
+    >>> urlopen(f"http://127.0.0.1:{server.port}/healthz").status
+    200
+    >>> m.set_ready(True)
+    >>> urlopen(f"http://127.0.0.1:{server.port}/readyz").status
+    200
+    >>> server.close()
+    """
+
+    def __init__(self, port: int | None = 0, address: str = "0.0.0.0"):
+        from prometheus_client import CollectorRegistry
+
+        self.port = port
+        self.address = address
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.families = _Families(self.registry)
+        self.stages: list[StageMetrics] = []
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def stage(self, pipeline: str, stage: str, **kwargs) -> StageMetrics:
+        """The metrics of a new stage (keyword arguments: see :class:`StageMetrics`)."""
+        m = StageMetrics(self.families, pipeline, stage, **kwargs)
+        self.stages.append(m)
+        return m
+
+    def value(self, name: str, **labels) -> float | None:
+        """The current value of one sample (summed over unnamed labels), or None."""
+        total = None
+        for fam in self.registry.collect():
+            for s in fam.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    total = (total or 0.0) + s.value
+        return total
+
+    # ---- HTTP ------------------------------------------------------------------------
+
+    def _app(self):
+        from prometheus_client import make_wsgi_app
+
+        metrics_app = make_wsgi_app(self.registry)
+
+        def health(start_response, ok: bool, body: dict):
+            data = json.dumps(body).encode()
+            start_response("200 OK" if ok else "503 Service Unavailable",
+                           [("Content-Type", "application/json"),
+                            ("Content-Length", str(len(data)))])
+            return [data]
+
+        def app(environ, start_response):
+            path = environ.get("PATH_INFO", "/")
+            if path == "/healthz":
+                stages = {f"{m.pipeline}/{m.stage}": m.health() for m in self.stages}
+                return health(start_response, all(m.live for m in self.stages),
+                              {"live": all(m.live for m in self.stages), "stages": stages})
+            if path == "/readyz":
+                ok = bool(self.stages) and all(m.ready for m in self.stages)
+                return health(start_response, ok, {
+                    "ready": ok, "stages": {f"{m.pipeline}/{m.stage}": m.ready
+                                            for m in self.stages}})
+            return metrics_app(environ, start_response)
+
+        return app
+
+    def start(self) -> MetricsServer:
+        """Listen in a daemon thread (no-op when ``port`` is None); returns self.
+
+        Raises ``OSError`` when the port is taken."""
+        if self.port is None or self._server is not None:
+            return self
+        from socketserver import ThreadingMixIn
+        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+        class _Server(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        class _Quiet(WSGIRequestHandler):
+            def log_message(self, format, *args):  # scrapes every few seconds: no access log
+                pass
+
+        self._server = make_server(self.address, self.port, self._app(), _Server,
+                                   handler_class=_Quiet)
+        self.port = self._server.server_port
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.2},
+                                        name="shiftwatch-metrics", daemon=True)
+        self._thread.start()
+        log.info("metrics on http://%s:%d/metrics (probes /healthz, /readyz)",
+                 self.address, self.port)
+        return self
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
