@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from urllib.error import HTTPError
+from urllib.error import HTTPError, URLError
 from urllib.request import urlopen
 
 import pytest
@@ -50,6 +50,8 @@ def _get(url: str) -> tuple[int, bytes]:
             return r.status, r.read()
     except HTTPError as e:
         return e.code, e.read()
+    except URLError:  # not listening (yet)
+        return 0, b""
 
 
 def _scrape(server: MetricsServer) -> dict[tuple[str, tuple], float]:
@@ -234,6 +236,44 @@ def test_replay_cli_serves_metrics(tmp_path):
     assert rc == 0
 
 
+def test_replay_serves_metrics_while_it_runs(tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    src = tmp_path / "x.jsonl"
+    src.write_text("".join(json.dumps({"ts": i * 0.01, "value": float(i % 7)}) + "\n"
+                           for i in range(400)))  # 4 s of data, replayed at real time
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shiftwatch.deploy.cli", "replay", str(src), "--operator",
+         "river:ADWIN", "--out", str(tmp_path / "o"), "--no-plots", "--no-progress", "--quiet",
+         "--speed", "1", "--metrics-port", str(port)], cwd=ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        seen = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            status, body = _get(f"http://127.0.0.1:{port}/metrics")
+            if status == 200:
+                for fam in text_string_to_metric_families(body.decode()):
+                    for smp in fam.samples:
+                        if smp.name == "shiftwatch_records_in_total" and smp.value > 0:
+                            seen = smp
+                if seen is not None:
+                    assert _get(f"http://127.0.0.1:{port}/readyz")[0] == 200
+                    break
+            time.sleep(0.1)
+        assert seen is not None, "no records_in > 0 scraped while the replay ran"
+        assert seen.value < 400 and seen.labels == {"pipeline": "replay", "stage": "x"}
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 def test_cli_import_does_not_load_prometheus_client():
     code = ("import sys; import shiftwatch.deploy.cli as c; c.build_parser(); "
             "print('prometheus_client' in sys.modules)")
@@ -303,3 +343,37 @@ def test_dashboard_metric_names_are_served(server):
             for n in re.findall(r"\bshiftwatch_[a-z_]+\b", e)}
     assert used <= served, used - served
     assert _exported_sample_names() <= served
+
+
+# ---- the probes in the deployment files ------------------------------------------------
+
+
+def test_k8s_probes_use_the_metrics_port():
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "deploy" / "k8s" / "detect-stage.yaml").read_text())
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    port = int(args[args.index("--metrics-port") + 1])
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert named["metrics"] == port
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+
+def test_compose_healthcheck_command_follows_liveness(server):
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "deploy" / "docker" / "docker-compose.yml").read_text())
+    for name in ("scale", "detect"):
+        svc = doc["services"][name]
+        port = svc["command"][svc["command"].index("--metrics-port") + 1]
+        test = svc["healthcheck"]["test"]
+        assert test[0] == "CMD" and f"127.0.0.1:{port}/healthz" in test[-1]
+    # The command itself, run against a server here: exit 0 while live, non-zero when stalled.
+    cmd = [sys.executable if a == "python" else a.replace(f":{port}/", f":{server.port}/")
+           for a in test[1:]]
+    m = server.stage("p", "s", stalls_before_unhealthy=1, slow_batch_seconds=0.1)
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    m.batch(1.0)
+    assert subprocess.run(cmd, capture_output=True).returncode != 0

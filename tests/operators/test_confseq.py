@@ -436,3 +436,74 @@ def test_delay_shrinks_as_the_shift_grows(cs):
             delays.append((after[0] if after.size else len(xs)) - 500)
         means.append(np.mean(delays))
     assert means[0] > means[1] > means[2], means
+
+
+# --------------------------------------------------------------------------------------
+# Locating and restarting (operator)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("locate", ["cs", "mean"])
+def test_operator_locates_changes_on_seeded_streams(locate):
+    # One change at 3000 of a shift of 1 sd: the located change is near it, far nearer
+    # than the alarm; the CS start is an estimate from above.
+    errs, delays = [], []
+    for r in range(8):
+        rng = np.random.default_rng(10_000 + r)
+        x = rng.normal(0.0, 1.0, 4000)
+        x[3000:] += 1.0
+        outs = create("cs", locate=locate).process_batch(
+            [{"value": float(v), "ts": 100.0 + i} for i, v in enumerate(x)])
+        hit = next((i, o) for i, o in enumerate(outs) if o["alarm"] and i >= 3000)
+        assert hit[1]["change_ts"] == 100.0 + hit[1]["change_at"]
+        errs.append(abs(hit[1]["change_at"] - 3000))
+        delays.append(hit[0] - 3000)
+        assert all("change_at" not in o for o in outs if not o["alarm"])
+        if locate == "cs":
+            assert hit[1]["change_at"] >= 3000 - 2
+    assert np.mean(errs) < 6 and np.mean(errs) < np.mean(delays) / 3, (errs, delays)
+
+
+@pytest.mark.parametrize("params", [dict(restart=True), dict(restart=True, locate="mean"),
+                                    dict(locate=False), dict(cs="betting", lower=-8, upper=8),
+                                    dict(restart=True, field="v", locate_window=50)])
+def test_operator_batch_equals_loop_and_state_round_trip(params):
+    rng = np.random.default_rng(3)
+    vector = params.get("field") == "v"
+    x = rng.normal(0, 1, (900, 2) if vector else 900)
+    x[300:] += 2.0
+    x[450:] -= 2.5
+    x = np.clip(x, -7.9, 7.9)
+    field = params.get("field", "value")
+    recs = [{field: (x[i].tolist() if vector else float(x[i])), "ts": float(i)}
+            for i in range(len(x))]
+    batch = create("cs", **params).process_batch(recs)
+    op = create("cs", **params)
+    loop = [op.process(r)[0] for r in recs[:500]]
+    copy_op = create("cs", **params)
+    copy_op.load_state_dict(op.state_dict())
+    loop += [copy_op.process(r)[0] for r in recs[500:]]
+    assert loop == batch
+    alarms = [o for o in batch if o["alarm"]]
+    assert len(alarms) >= (1 if "lower" in params else 2)
+    assert all(("change_at" in o) == (params.get("locate") is not False) for o in alarms)
+
+
+def test_restart_refeeds_the_post_change_values():
+    rng = np.random.default_rng(2)
+    x = np.r_[rng.normal(0, 1, 600), rng.normal(1.5, 1, 150), rng.normal(3, 1, 600)]
+    recs = [{"value": float(v)} for v in x]
+    plain = create("cs").process_batch(recs)
+    again = create("cs", restart=True).process_batch(recs)
+    a = [i for i, o in enumerate(plain) if o["alarm"]]
+    b = [i for i, o in enumerate(again) if o["alarm"]]
+    assert a[0] == b[0]
+    # The restarted detector's burn-in started at the located change: its interval is
+    # finite again sooner after the alarm than the one that restarted from nothing.
+    def finite_after(outs):
+        return next(i for i in range(a[0] + 1, len(outs)) if outs[i]["lower"] is not None)
+    assert finite_after(again) < finite_after(plain)
+    with pytest.raises(ValueError, match="locate"):
+        create("cs", cs="betting", locate="cs")
+    with pytest.raises(ValueError, match="restart"):
+        create("cs", restart=1)

@@ -212,3 +212,27 @@ def test_transforms_feed_karcher(transform, params, manifold):
     assert len(out) == len(points) and not any(isinstance(o, DeadLetter) for o in out)
     g = np.array([o["statistic"] for o in out])
     assert np.all(np.isfinite(g))
+
+
+def test_operator_locates_the_change_and_keeps_a_bounded_window():
+    from shiftwatch.operators import create
+    from shiftwatch.operators.manifold_samples import WishartSPDStream
+
+    errs, delays = [], []
+    for seed in range(6):
+        recs = [{"value": r["value"], "ts": float(i)} for i, r in enumerate(
+            WishartSPDStream(n=1000, change_point=600, dim=3, df=6, seed=seed + 1))]
+        params = dict(manifold="spd", burn_in=100, update="retraction", locate_window=300)
+        op = create("karcher", **params)
+        outs = op.process_batch(recs[:700])
+        twin = create("karcher", **params)
+        twin.load_state_dict(op.state_dict())
+        assert len(op._window) <= 300 and twin._window.count == 700
+        outs += twin.process_batch(recs[700:])
+        hit = next(((i, o) for i, o in enumerate(outs) if o["alarm"] and i >= 600), None)
+        if hit is None:
+            continue
+        assert hit[1]["change_ts"] == float(hit[1]["change_at"])
+        errs.append(abs(hit[1]["change_at"] - 600))
+        delays.append(hit[0] - 600)
+    assert len(errs) >= 3 and np.median(errs) < np.median(delays), (errs, delays)
