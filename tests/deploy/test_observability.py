@@ -249,7 +249,7 @@ def test_replay_serves_metrics_while_it_runs(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "shiftwatch.deploy.cli", "replay", str(src), "--operator",
          "river:ADWIN", "--out", str(tmp_path / "o"), "--no-plots", "--no-progress", "--quiet",
-         "--speed", "1", "--metrics-port", str(port)], cwd=ROOT,
+         "--speed", "1", "--source-opt", "ts=ts", "--metrics-port", str(port)], cwd=ROOT,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         seen = None
