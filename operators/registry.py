@@ -22,9 +22,10 @@ import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shiftwatch.operators.contract import Operator
+if TYPE_CHECKING:  # listing operators must not import NumPy (the contract does)
+    from shiftwatch.operators.contract import Operator
 
 __all__ = [
     "BUILTIN_OPERATORS",

@@ -26,7 +26,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.registry import OperatorInfo
 
 __all__ = ["class_info_from_source", "river_operator_infos"]
@@ -151,6 +150,14 @@ def _init_params(init: ast.FunctionDef, keep_varargs: bool) -> dict[str, Any] | 
     return params
 
 
+@lru_cache(maxsize=1)
+def _default_input_kind() -> Any:
+    """``Operator.input_kind``, read from the contract's source (importing it loads NumPy)."""
+    path = _module_file("shiftwatch.operators.contract")
+    cls = _classes(_parse(path)).get("Operator") if path else None
+    return _class_attr([cls], "input_kind") if cls is not None else inspect.Parameter.empty
+
+
 def class_info_from_source(module: str, cls_name: str, name: str) -> OperatorInfo | None:
     """The :class:`OperatorInfo` of operator class ``module.cls_name``, read from its source.
 
@@ -166,7 +173,7 @@ def class_info_from_source(module: str, cls_name: str, name: str) -> OperatorInf
     doc = _docstring(chain)
     kind = _class_attr(chain, "input_kind")
     if kind is inspect.Parameter.empty:
-        kind = Operator.input_kind
+        kind = _default_input_kind()
     if init is None or doc is None or not isinstance(kind, str):
         return None
     params = _init_params(init, keep_varargs=True)
