@@ -167,6 +167,12 @@ class StageMetrics:
     def __init__(self, families: _Families, pipeline: str, stage: str,
                  liveness_seconds: float = 300.0, stalls_before_unhealthy: int = 3,
                  slow_batch_seconds: float | None = None):
+        if isinstance(stalls_before_unhealthy, bool) or not isinstance(
+                stalls_before_unhealthy, int) or stalls_before_unhealthy < 1:
+            raise ValueError("stalls_before_unhealthy must be an integer >= 1, got "
+                             f"{stalls_before_unhealthy!r}")
+        if not liveness_seconds > 0:
+            raise ValueError(f"liveness_seconds must be > 0, got {liveness_seconds!r}")
         self.families = families
         self.pipeline = pipeline
         self.stage = stage
