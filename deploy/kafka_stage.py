@@ -384,7 +384,7 @@ class StageRunner:
             path = Path(path.replace("{stage}", self.stage.name))
             tmp = path.with_suffix(path.suffix + ".tmp")
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.stats.to_dict(), default=str))
+            tmp.write_text(json.dumps(_metrics_file_fields(self.stats), default=str))
             os.replace(tmp, path)
 
     def _shutdown(self) -> None:
@@ -494,3 +494,14 @@ def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threadi
     if errors and isinstance(errors[0], PipelineError):
         raise errors[0]
     return 1 if errors else 0
+
+
+def _metrics_file_fields(stats) -> dict:
+    """What the JSON metrics file holds: every counter of the summary, plus the names the
+    file had before the runners shared one summary type (``records_out``; ``rate`` = the
+    recent rate), which users tailing the file read."""
+    d = stats.to_dict()
+    d["records_out"] = stats.outputs
+    if stats.recent_rate is not None:
+        d["rate"] = stats.recent_rate
+    return d
