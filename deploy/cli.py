@@ -1,15 +1,20 @@
 """The ``shiftwatch`` command line.
 
 Errors a user can make (bad parameter, unknown operator, missing file) end the command with
-one line on stderr and exit status 2; ``--debug`` shows the traceback instead.
+one line on stderr and exit status 2; ``--debug`` shows the traceback instead. Only errors
+raised on purpose about the user's input count: a ``ValueError`` raised while parameters,
+sources, labels and pipeline files are checked becomes a :class:`UserError`; one raised later
+(a bug) prints its traceback and exits with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +25,21 @@ __all__ = ["main", "parse_params", "load_labels"]
 EXIT_USAGE = 2
 
 
-class UserError(Exception):
-    """An error caused by the command line or its inputs: printed as one line."""
+class UserError(ValueError):
+    """An error caused by the command line or its inputs: printed as one line, exit status 2."""
+
+
+@contextlib.contextmanager
+def user_input() -> Iterator[None]:
+    """Treat a ``ValueError`` raised inside the block as the user's (bad parameter, source,
+    label or pipeline file): the checks of those raise ``ValueError`` naming what is wrong.
+    """
+    try:
+        yield
+    except UserError:
+        raise
+    except (ValueError, yaml.YAMLError) as exc:
+        raise UserError(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------------------
@@ -48,12 +66,20 @@ def parse_params(pairs: list[str] | None, what: str = "--param") -> dict[str, An
     return params
 
 
-def load_labels(spec: str, source_name: str | None = None) -> dict[str, list[int]]:
+def load_labels(spec: str, source_name: str | None = None) -> dict:
     """Read true change points from ``spec``.
 
-    ``spec`` is a comma-separated list of indices (``"120,480"``) or a JSON file holding a
-    list of indices, a mapping annotator -> indices, or a TCPD annotations file (dataset ->
-    annotator -> indices; the dataset named like the source is used, or the only one).
+    Positions are 0-based positions in each key's own stream (the ``n``-th record of that key),
+    not line numbers. ``spec`` is a comma-separated list (``"120,480"``, the same for every
+    key) or a JSON file holding one of:
+
+    * ``[120, 480]``: the same change points for every key;
+    * ``{"s1": [120, 480], "s2": []}``: per key (when every name is a key of the stream; ``[]``
+      means the key never changed, a key left out is not scored); otherwise the names are
+      annotators whose points all apply to every key;
+    * ``{"s1": {"ann1": [120], "ann2": [118]}}``: per key, several annotators;
+    * a TCPD annotations file (dataset -> annotator -> positions): the dataset named like
+      the source, or the only one.
 
     >>> load_labels("120, 480")
     {'labels': [120, 480]}
@@ -69,19 +95,30 @@ def load_labels(spec: str, source_name: str | None = None) -> dict[str, list[int
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"--labels {spec}: cannot read JSON ({exc})") from None
-    if isinstance(data, list):
-        return {"labels": sorted(int(i) for i in data)}
-    if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
-        if source_name in data:
-            data = data[source_name]
-        elif len(data) == 1:
-            data = next(iter(data.values()))
-        else:
-            raise UserError(f"--labels {spec}: holds annotations of several data sets "
-                            f"({', '.join(sorted(data))}); none is named {source_name!r}")
-    if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
-        return {str(k): sorted(int(i) for i in v) for k, v in data.items()}
-    raise UserError(f"--labels {spec}: expected a list of indices or annotator -> indices")
+    try:
+        if isinstance(data, list):
+            return {"labels": sorted(_position(i) for i in data)}
+        if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+            if source_name in data:  # TCPD: dataset -> annotator -> positions
+                data = data[source_name]
+            # else key -> annotator -> positions; one entry naming no key of the stream is
+            # taken as a TCPD file's only data set by the evaluation.
+            if all(isinstance(v, dict) for v in data.values()):  # key -> annotator -> positions
+                return {str(k): {str(a): sorted(_position(i) for i in pts)
+                                 for a, pts in v.items()} for k, v in data.items()}
+        if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
+            return {str(k): sorted(_position(i) for i in v) for k, v in data.items()}
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"--labels {spec}: {exc}") from None
+    raise UserError(f"--labels {spec}: expected a list of positions, name -> positions or "
+                    "key -> annotator -> positions (see `shiftwatch replay --help`)")
+
+
+def _position(i: Any) -> int:
+    if isinstance(i, bool) or not isinstance(i, (int, float)) or not float(i).is_integer() \
+            or i < 0:
+        raise ValueError(f"positions must be integers >= 0, got {i!r}")
+    return int(i)
 
 
 class _OperatorAction(argparse.Action):
@@ -112,7 +149,8 @@ def _build_operators(stages: list[dict]) -> list:
     ops = []
     for stage in stages:
         params = parse_params(stage["params"])
-        ops.append(create(stage["name"], **params))
+        with user_input():
+            ops.append(create(stage["name"], **params))
     return ops
 
 
@@ -124,16 +162,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not getattr(args, "stages", None):
         raise UserError("replay needs at least one --operator NAME (see `shiftwatch operators`)")
     ops = _build_operators(args.stages)  # validate before opening anything
-    source = open_source(args.source, **parse_params(args.source_opt, "--source-opt"))
+    source_opts = parse_params(args.source_opt, "--source-opt")
+    if args.source.startswith("kafka:"):  # a bounded wait for the cluster, client log quiet
+        from shiftwatch.deploy.kafka_connect import client_defaults, quiet_kafka_logs
+
+        quiet_kafka_logs(args.debug)
+        source_opts["client"] = {**client_defaults(), **(source_opts.get("client") or {})}
+    with user_input():
+        source = open_source(args.source, **source_opts)
     annotations = getattr(source, "annotations", None)
     if args.labels:
         annotations = load_labels(args.labels, getattr(source, "name", None))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     op_label = " -> ".join(s["name"] for s in args.stages)
-    evaluation = EvaluationSink(out, annotations=annotations,
-                                name=getattr(source, "name", args.source), operator=op_label,
-                                plots=not args.no_plots)
+    with user_input():  # labels are checked here
+        parameters = {"source": args.source,
+                      "source options": " ".join(args.source_opt or []) or None,
+                      **{f"operator {i + 1}": " ".join([s["name"], *s["params"]])
+                         for i, s in enumerate(args.stages)},
+                      "labels": args.labels, "speed": args.speed,
+                      "batch size": args.batch_size}
+        evaluation = EvaluationSink(out, annotations=annotations,
+                                    name=getattr(source, "name", args.source), operator=op_label,
+                                    plots=not args.no_plots, parameters=parameters,
+                                    channels=getattr(source, "columns", None))
     sinks = [JsonlSink(out / "outputs.jsonl"), evaluation]
     if not args.quiet:
         sinks.append(ConsoleAlarmSink(stream=sys.stdout, max_rows=args.max_rows))
@@ -152,12 +205,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if server is not None:
             server.close()
     print(summary.line())
+    blank = getattr(source, "blank_lines", 0)
+    if blank:
+        print(f"skipped {blank} blank line{'' if blank == 1 else 's'} of {args.source}")
     if summary.dead_letters:
         reasons = ", ".join(f"{n} x {r}" for r, n in sorted(
             summary.dead_letter_reasons.items(), key=lambda kv: -kv[1]))
         print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
     _print_scores(getattr(evaluation, "report", None) or {})
-    print(f"wrote {out / 'outputs.jsonl'}, {out / 'report.json'}"
+    print(f"wrote {out / 'outputs.jsonl'}, {out / 'report.json'}, {out / 'report.html'}"
           + ("" if args.no_plots else f", {out}/*.png"))
     return 130 if summary.interrupted else 0
 
@@ -217,7 +273,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.kafka_stage import run_pipeline
     from shiftwatch.deploy.pipeline import load_pipeline
 
-    config = load_pipeline(args.pipeline)  # every check runs before anything is consumed
+    with user_input():
+        config = load_pipeline(args.pipeline)  # every check runs before anything is consumed
     if args.bootstrap:
         config.kafka["bootstrap_servers"] = args.bootstrap
     if args.metrics_file:
@@ -226,11 +283,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.metrics["port"] = args.metrics_port
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    logging.getLogger("kafka").setLevel(logging.ERROR)
+    from shiftwatch.deploy.kafka_connect import client_defaults, quiet_kafka_logs
+
+    quiet_kafka_logs(args.debug)
+    for k, v in client_defaults().items():  # a bounded wait for the cluster
+        config.kafka.setdefault(k, v)
     return run_pipeline(config, stages=args.stage or None, idle_exit_s=args.exit_when_idle)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.kafka:
+        from shiftwatch.deploy.demo_kafka import run_kafka_demo
+        from shiftwatch.deploy.kafka_connect import quiet_kafka_logs
+
+        quiet_kafka_logs(args.debug)
+        return run_kafka_demo(out_dir=Path(args.out) / "kafka")
     from shiftwatch.deploy.demo import run_demo
 
     rc = run_demo(out_dir=Path(args.out), datasets=args.dataset or None,
@@ -243,6 +310,57 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return rc
 
 
+def cmd_broker(args: argparse.Namespace) -> int:
+    from shiftwatch.deploy.broker import BrokerError, run_broker
+
+    try:
+        return run_broker(port=args.port, host=args.host)
+    except BrokerError as exc:
+        raise UserError(str(exc)) from None
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from shiftwatch.deploy.kafka_connect import client_defaults, default_bootstrap
+    from shiftwatch.deploy.kafka_connect import quiet_kafka_logs as _quiet
+    from shiftwatch.deploy.produce import produce_source
+    from shiftwatch.sinks import DeadLetterSink
+    from shiftwatch.streams import open_source
+
+    if args.source.startswith("kafka:"):
+        raise UserError("produce reads files and data sets (.csv, .jsonl, river:NAME, "
+                        "synth:NAME), not a topic")
+    if args.rate is not None and not args.rate > 0:
+        raise UserError(f"--rate must be records per second > 0, got {args.rate:g}")
+    if args.partitions is not None and args.partitions < 1:
+        raise UserError(f"--partitions must be >= 1, got {args.partitions}")
+    opts = parse_params(args.source_opt, "--source-opt")
+    key_field = args.key or "key"
+    if args.key and args.source.partition(":")[0] not in ("river", "synth"):
+        opts.setdefault("key", args.key)  # a file: --key names the column holding the key
+        key_field = "key"
+    with user_input():
+        source = open_source(args.source, **opts)
+    _quiet(args.debug)
+    dead = DeadLetterSink(args.dead_letters) if args.dead_letters else None
+    try:
+        summary = produce_source(source, args.topic, args.bootstrap or default_bootstrap(),
+                                 key_field=key_field, rate=args.rate, partitions=args.partitions,
+                                 progress=not args.no_progress, dead_letters=dead,
+                                 client=client_defaults(), limit=args.limit)
+    finally:
+        if dead is not None:
+            dead.close()
+    print(summary.line() + (f" (created {args.topic} with {args.partitions} partitions)"
+                            if summary.created else ""))
+    if summary.dead_letters:
+        reasons = ", ".join(f"{n} x {r}" for r, n in summary.reasons.most_common())
+        where = f" -> {args.dead_letters}" if args.dead_letters else ""
+        first = ", ".join(f"{k} {v}" for k, v in (summary.first_dead or {}).items())
+        print(f"dead letters (not produced){where}: {reasons}"
+              + (f"; first at {first}" if first else ""))
+    return 130 if summary.interrupted else 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.calibrate import calibrate
     from shiftwatch.streams import open_source
@@ -250,16 +368,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not getattr(args, "stages", None):
         raise UserError("calibrate needs --operator NAME, a detector (see `shiftwatch operators`)")
     stages = [(s["name"], parse_params(s["params"])) for s in args.stages]
-    source = open_source(args.source, **parse_params(args.source_opt, "--source-opt"))
+    with user_input():
+        source = open_source(args.source, **parse_params(args.source_opt, "--source-opt"))
     annotations = getattr(source, "annotations", None) or {}
     if args.labels:
         annotations = load_labels(args.labels, getattr(source, "name", None))
     labels = sorted({int(c) for points in annotations.values() for c in points})
     try:
-        cal = calibrate(source, stages[-1][0], stages[-1][1], budget=args.budget,
-                        per=args.budget_per, labels=labels, margin=args.margin,
-                        before=stages[:-1], exposure=args.exposure, grid=args.grid,
-                        delay_runs=args.delay_runs, seed=args.seed)
+        with user_input():  # calibrate checks its arguments and the history before resampling
+            cal = calibrate(source, stages[-1][0], stages[-1][1], budget=args.budget,
+                            per=args.budget_per, labels=labels, margin=args.margin,
+                            before=stages[:-1], exposure=args.exposure, grid=args.grid,
+                            delay_runs=args.delay_runs, seed=args.seed)
     finally:
         close = getattr(source, "close", None)
         if close is not None:
@@ -297,13 +417,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parameter of the preceding --operator (repeatable)")
     r.add_argument("--source-opt", action="append", metavar="K=V",
                    help="source option, e.g. value=temp, key=sensor, ts=time, n=2000")
-    r.add_argument("--labels", help="true change points: '120,480' or a JSON file")
+    r.add_argument("--labels", help="true change points as positions in each key's stream "
+                   "(0-based): '120,480' for every key, or a JSON file: [120, 480], "
+                   "{\"s1\": [120], \"s2\": []} per key, or {key: {annotator: [...]}}")
     r.add_argument("--out", required=True, help="output directory")
     r.add_argument("--speed", type=float, default=None,
                    help="replay at real time x SPEED from ts (default: as fast as possible)")
-    r.add_argument("--batch-size", type=int, default=1000)
-    r.add_argument("--no-progress", action="store_true")
-    r.add_argument("--no-plots", action="store_true")
+    r.add_argument("--batch-size", type=int, default=1000,
+                   help="records handed to the operators at a time (default 1000); outputs "
+                        "do not depend on it, smaller batches reach the sinks sooner")
+    r.add_argument("--no-progress", action="store_true",
+                   help="do not show the progress bar on stderr")
+    r.add_argument("--no-plots", action="store_true",
+                   help="do not draw series.png / statistic.png (report.json and report.html "
+                        "are still written)")
     r.add_argument("--quiet", action="store_true", help="do not print the alarm table")
     r.add_argument("--max-rows", type=int, default=20, help="rows of the alarm table")
     r.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -330,10 +457,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="shiftwatch-demo", help="output directory")
     d.add_argument("--dataset", action="append", help="river drift dataset (repeatable)")
     d.add_argument("--detector", action="append", help="operator name (repeatable)")
-    d.add_argument("--no-plots", action="store_true")
+    d.add_argument("--no-plots", action="store_true", help="do not draw demo.png / "
+                   "sensor_demo.png (the tables are still printed)")
     d.add_argument("--no-sensors", action="store_true",
                    help="skip the multichannel part (Occupancy through window_covariance -> "
                         "karcher)")
+    d.add_argument("--kafka", action="store_true",
+                   help="instead: start the local broker, produce a sensor stream, run "
+                        "deploy/examples/sensors.yaml's stages on it, print the alarms and "
+                        "dead letters read back from Kafka, stop (needs the dev extra)")
     d.set_defaults(func=cmd_demo)
 
     c = sub.add_parser("calibrate", help="choose a detector's sensitivity (delta, threshold, "
@@ -368,6 +500,37 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=cmd_operators)
 
+    b = sub.add_parser("broker", help="run a local Kafka-protocol broker (tansu, from the dev "
+                       "extra) in the foreground, in memory: for trying things out, not for "
+                       "production")
+    b.add_argument("--port", type=int, default=9092, help="port to listen on (default 9092)")
+    b.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on and advertise (default 127.0.0.1)")
+    b.set_defaults(func=cmd_broker)
+
+    pr = sub.add_parser("produce", help="write a file or data set into a Kafka topic as JSON "
+                        "records, one message per record")
+    pr.add_argument("source", help="a .csv/.jsonl file, river:NAME or synth:NAME "
+                    "(see `shiftwatch sources`)")
+    pr.add_argument("--topic", required=True, help="the topic to write to")
+    pr.add_argument("--key", metavar="FIELD",
+                    help="for a file, the column holding each record's key (as --source-opt "
+                         "key=FIELD); otherwise the record field; its text is the message key")
+    pr.add_argument("--source-opt", action="append", metavar="K=V",
+                    help="source option, e.g. value=temp, ts=time, n=2000")
+    pr.add_argument("--rate", type=float, metavar="N",
+                    help="records per second (default: as fast as the broker takes them)")
+    pr.add_argument("--partitions", type=int, metavar="N",
+                    help="create the topic with N partitions when it does not exist")
+    pr.add_argument("--bootstrap", metavar="HOST:PORT",
+                    help="the cluster (default: $KAFKA_BOOTSTRAP, else localhost:9092)")
+    pr.add_argument("--limit", type=int, metavar="N", help="stop after N records")
+    pr.add_argument("--dead-letters", metavar="PATH",
+                    help="write the source's unreadable lines here (JSON lines)")
+    pr.add_argument("--no-progress", action="store_true",
+                    help="do not show the progress bar on stderr")
+    pr.set_defaults(func=cmd_produce)
+
     s = sub.add_parser("sources", help="list source kinds and shipped data sets")
     s.set_defaults(func=cmd_sources)
     return p
@@ -391,15 +554,25 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (UserError, ValueError, OSError, yaml.YAMLError) as exc:
+    except (UserError, OSError, yaml.YAMLError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, FileNotFoundError) and exc.filename:
             msg = f"no such file: {exc.filename}"
         print(f"shiftwatch: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:  # a bug, not a user error: still one line, and how to see more
-        print(f"shiftwatch: internal error: {type(exc).__name__}: {exc} "
-              "(rerun with --debug for the traceback)", file=sys.stderr)
+    except Exception as exc:  # a bug, not a user error (a ValueError too): show where
+        from shiftwatch.deploy.kafka_connect import is_unreachable, unreachable_message
+
+        if is_unreachable(exc):  # no broker answered within the bounded wait: one line
+            hint = ("give its address in the source: kafka:TOPIC?bootstrap=HOST:PORT"
+                    if args.command == "replay" else None)
+            print(f"shiftwatch: error: {unreachable_message(exc, hint)}", file=sys.stderr)
+            return EXIT_USAGE
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        print(f"shiftwatch: internal error: {type(exc).__name__}: {exc} (a bug in shiftwatch "
+              "or a library; please report it with the traceback above)", file=sys.stderr)
         return 1
 
 

@@ -106,6 +106,25 @@ class Batch:
     dead_letters: list[dict]
 
 
+def reason_kind(reason: str, width: int = 80) -> str:
+    """A dead letter's reason without the value that varies, for counting reasons by kind.
+
+    Drops what follows ``", got "`` and quoted values, and cuts between words.
+
+    >>> reason_kind("river:HDDMA takes 0/1 or booleans (1 = error), got 0.1257")
+    'river:HDDMA takes 0/1 or booleans (1 = error)'
+    >>> reason_kind("temp 'oops' is not a number")
+    "temp '...' is not a number"
+    """
+    import re
+
+    short = reason.split("\n")[0].split(", got ")[0]
+    short = re.sub(r"'[^']*'|\"[^\"]*\"", "'...'", short).strip()
+    if len(short) > width:
+        short = short[:width].rsplit(" ", 1)[0] + " ..."
+    return short
+
+
 class StageExecutor:
     """One stage's work on micro-batches: admit (decode, validate, de-duplicate), the keyed
     operator chain, dead letters, input-ordered outputs, counters.
@@ -250,7 +269,7 @@ class StageExecutor:
         """The dead-letter record of ``item`` (one schema for files and topics); counted."""
         s = self.summary
         s.dead_letters += 1
-        short = item.reason.split(":")[0][:60]
+        short = reason_kind(item.reason)
         s.dead_letter_reasons[short] = s.dead_letter_reasons.get(short, 0) + 1
         if self.observer is not None:
             self.observer.dead_letter(item.reason)

@@ -201,7 +201,8 @@ class Pipeline:
         ``KeyboardInterrupt`` here."""
         with guard.deferred():
             t0 = time.perf_counter()
-            result = ex.process(batch)
+            # A file source says which line each offset came from (for operators' dead letters).
+            result = ex.process(batch, origins=getattr(self.source, "origins", None))
             self._write_dead(result.dead_letters)
             for sink in self.sinks:
                 if getattr(sink, "wants_inputs", False):

@@ -271,6 +271,7 @@ class ConfSeqDetector(river_base.DriftDetector):
             k = self.prune or 1
             self._ring_y = np.zeros((2, N_LAMBDAS, k))
             self._ring_best = np.zeros((2, k))
+            self._hint = np.zeros((2, N_LAMBDAS))  # where the tangent queries start walking
         else:
             if self.cs == "betting":
                 theta = (np.arange(BET_GRID) + 0.5) / BET_GRID
@@ -337,7 +338,7 @@ class ConfSeqDetector(river_base.DriftDetector):
 
     #: Underscore attributes that are derived from the parameters, not learned.
     _CONFIG = ("_grid", "_lam_plus", "_lam_minus", "_log_thr", "_drift_detected", "_one",
-               "_params", "_buf", "_meta")
+               "_params", "_buf", "_meta", "_hint")
 
     def state_dict(self) -> dict:
         """The learned state: NumPy arrays only (a copy)."""
@@ -403,7 +404,7 @@ class ConfSeqDetector(river_base.DriftDetector):
                 done = cs_hull_run(xs, done, self.cs == "empirical-bernstein", self.pfa,
                                    self._grid, self._hull_x, self._hull_y, self._hull_size,
                                    self._walk, self._scalars, self._burn, self._ring_y,
-                                   self._ring_best, out, stop_at_alarm)
+                                   self._ring_best, out, stop_at_alarm, self._hint)
                 if done == xs.shape[0] or (stop_at_alarm and out[0, done - 1] != 0.0):
                     break
                 self._grow()

@@ -9,8 +9,9 @@ observations and mutates state arrays owned by a
   the CS started at ``m`` is the slope from ``(n, W_n - d_j)`` to the point
   ``(m - 1, W_{m-1} + pen(m) / lambda_j)`` of a walk ``W``; the maximum over ``m`` is a
   maximum-slope (tangent) query on the lower convex hull of those points (FOCuS, Romano et
-  al. 2023): amortised O(1) insertion, O(log h) query, ``h`` = hull size (O(log n) expected
-  for a random walk). With a constant variance proxy and no ``pfa`` offsets the walks of all
+  al. 2023): amortised O(1) insertion, and a tangent query that walks from the previous
+  step's answer (amortised O(1) in practice; ``h`` = hull size, O(log n) expected for a
+  random walk). With a constant variance proxy and no ``pfa`` offsets the walks of all
   ``lambda_j`` differ by a linear drift, which leaves the hull unchanged, so one hull per side
   serves the whole grid; otherwise each ``lambda_j`` has its own. With ``prune = K`` it
   instead scans the last ``K`` starts, keeping each start's own running intersection.
@@ -36,6 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "hull_max_slope",
+           "hull_walk_argmax",
            "HULL_STATE", "BETTING_STATE", "M_FLAG", "M_PFA", "M_LAYOUT",
            "M_HULL_SIZE",
            "S_N", "S_LOWER", "S_UPPER", "S_SUM", "S_ALARM", "S_NBURN", "S_CENTER", "S_SCALE",
@@ -62,7 +64,7 @@ N_SCALARS = 12
 # array of ``*_STATE`` its offset in the float buffer and shape (padded with 1s to 3 axes),
 # then the hull sizes. The float arrays, in order:
 HULL_STATE = ("_grid", "_hull_x", "_hull_y", "_walk", "_scalars", "_burn", "_ring_y",
-              "_ring_best", "_last", "_one")
+              "_ring_best", "_last", "_one", "_hint")
 BETTING_STATE = ("_theta", "_lam_plus", "_lam_minus", "_cap_plus", "_cap_minus", "_scalars",
                  "_burn", "_last", "_one", "_params")
 M_FLAG = 0     # empirical Bernstein (hull) / quantile (betting)
@@ -104,6 +106,25 @@ def hull_argmax_slope(hx, hy, h, qx, qy):
         else:
             hi = mid
     return lo
+
+
+@njit(cache=True)
+def hull_walk_argmax(hx, hy, h, qx, qy, k):
+    """:func:`hull_argmax_slope` by walking from the hint ``k`` instead of a binary search.
+
+    The slope is unimodal along the hull, so stepping towards the larger neighbour from any
+    start reaches the leftmost maximum, which is what the binary search returns; from the
+    previous step's answer that is usually zero or one step (amortised O(1)). The results can
+    differ from the binary search's only where rounding breaks the unimodality, i.e. at a
+    near-tie of two slopes.
+    """
+    if k > h - 1:
+        k = h - 1
+    while k < h - 1 and (qy - hy[k]) * (qx - hx[k + 1]) < (qy - hy[k + 1]) * (qx - hx[k]):
+        k += 1
+    while k > 0 and not ((qy - hy[k - 1]) * (qx - hx[k]) < (qy - hy[k]) * (qx - hx[k - 1])):
+        k -= 1
+    return k
 
 
 @intrinsic
@@ -156,7 +177,7 @@ def _finish_burn_in(scal, burn, scale_from_burn):
 
 @njit(cache=True)
 def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk, scal, burn,
-                ring_y, ring_best, out, stop_at_alarm):
+                ring_y, ring_best, out, stop_at_alarm, hint):
     """Run the linear-boundary CS detector over ``xs[start:]``; return the count consumed.
 
     ``grid[0]`` holds ``lambda_j``, ``grid[1]`` the drift coefficient ``a_j`` (the walk of side
@@ -172,6 +193,10 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
     At an alarm ``out[3, i]`` is the lag from the later of the two starts to the alarm
     (``0`` = the alarm value itself), -1 otherwise. With ``stop_at_alarm`` the run returns
     right after the first alarm (the caller may restart the detector before going on).
+
+    ``hint[s, j]`` is where the tangent query of side ``s`` and ``lambda_j`` starts walking
+    (:func:`hull_walk_argmax`); it holds the last answer and is not part of the state (any
+    value gives the same result up to near-ties).
     """
     n_grid = grid.shape[1]
     cap = hull_x.shape[2]
@@ -246,9 +271,11 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                 h += 1
                 hull_size[s, 0] = h
                 walk[s, 0] += sign * z
+                wsum = walk[s, 0]
                 for j in range(n_grid):
-                    qy = walk[s, 0] - grid[2, j]
-                    k = hull_argmax_slope(hx, hy, h, n, qy)
+                    qy = wsum - grid[2, j]
+                    k = hull_walk_argmax(hx, hy, h, n, qy, int(hint[s, j]))
+                    hint[s, j] = k
                     b = (qy - hy[k]) / (n - hx[k]) - grid[1, j] * v
                     if b > best:
                         best = b
@@ -272,7 +299,8 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                     hy[h] = py
                     h += 1
                     hull_size[s, j] = h
-                    k = hull_argmax_slope(hx, hy, h, n, qy)
+                    k = hull_walk_argmax(hx, hy, h, n, qy, int(hint[s, j]))
+                    hint[s, j] = k
                     b = (qy - hy[k]) / (n - hx[k])
                     if b > best:
                         best = b
@@ -458,7 +486,8 @@ def cs_hull_step(x, buf, meta):
                        _view3(buf, meta, 1), _view3(buf, meta, 2), hull_size,
                        _view2(buf, meta, 3), _view1(buf, meta, 4), _view1(buf, meta, 5),
                        _view3(buf, meta, 6), _view2(buf, meta, 7),
-                       _view1(buf, meta, 8).reshape((OUT_ROWS, 1)), False)
+                       _view1(buf, meta, 8).reshape((OUT_ROWS, 1)), False,
+                       _view2(buf, meta, 10))
 
 
 @njit(cache=True)

@@ -22,7 +22,7 @@ import numpy as np
 
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.records import BadInput, DeadLetter, as_array, get_field
-from shiftwatch.operators.registry import register
+from shiftwatch.operators.registry import create, register
 from shiftwatch.operators.replay import Reservoir
 from shiftwatch.operators.state_codec import decode_state, encode_state
 from shiftwatch.operators.torch_nets import (
@@ -72,11 +72,32 @@ class HareTortoise(Operator):
     puts the micro-batch into the buffer. Unlabelled records and ``"train": false`` records
     are predicted, not learned.
 
-    After every step the Tortoise follows the Hare, ``theta_T <- m theta_T + (1 - m) theta_H``
-    with ``m = ema_momentum``, parameters and floating-point buffers (batch-norm statistics)
-    alike; integer buffers are copied. Every ``reset_every`` steps the Hare's values are
-    copied from the Tortoise (all layers; the optimiser state is kept). Each step zeroes the
-    gradients, clips their norm to ``clip_norm`` and takes an AdamW step.
+    After every step the Tortoise follows the Hare, ``theta_T <- m_t theta_T + (1 - m_t)
+    theta_H``, parameters and floating-point buffers (batch-norm statistics) alike; integer
+    buffers are copied. With the EMA warm-up (``ema_warmup=10``, the default) the momentum of
+    the ``t``-th update (``t = 0, 1, ...``) is ``m_t = min(m, (1 + t) / (ema_warmup + t))``
+    with ``m = ema_momentum``, as common EMA implementations do: the Tortoise follows the Hare
+    closely at first (``m_0 = 0.1``) and averages over about the last ``10%`` of the steps
+    until ``m`` takes over (after ~9,000 steps for ``m = 0.999``), so the Tortoise is useful
+    from the first micro-batches of a stream; ``ema_warmup=None`` uses ``m_t = m`` throughout
+    (the paper's rule, for epochs over a data set). Every ``reset_every`` steps the Hare's
+    values are copied from the Tortoise (all layers; the optimiser state is kept). Each step
+    zeroes the gradients, clips their norm to ``clip_norm`` and takes an AdamW step.
+
+    Change detectors drive resets with ``reset_on="alarm"``: a record whose ``alarm`` field is
+    truthy (a detector chained before with ``keep_input=true``, watching the features or the
+    labels) or an alarm of the inner ``detector``, which watches the learner's own 0/1 loss
+    stream (``1.0`` when ``y_pred`` missed a labelled record's ``y``, else ``0.0``), resets
+    the learner after the record is predicted and before it is learned: ``reset_to="tortoise"``
+    sets the Hare to the Tortoise, ``"full"`` re-initialises both networks and the optimiser.
+    Either way the replay buffer is emptied (its records describe the concept that changed)
+    and the EMA warm-up starts again, so the Tortoise follows the re-adapting Hare. Alarms
+    within ``min_reset_gap`` labelled training records of the previous alarm reset are
+    ignored.
+
+    :meth:`process_batch` predicts all records between two training steps in one forward pass
+    (the same predictions as :meth:`process` record by record, in test-then-train order: a
+    record is predicted by the networks as they are after every record before it).
 
     Parameters
     ----------
@@ -100,6 +121,8 @@ class HareTortoise(Operator):
         whose ``task`` differs from the previous one's.
     ema_momentum
         ``m`` above, in ``[0, 1)``.
+    ema_warmup
+        The warm-up constant (a number ``>= 1``) of ``m_t`` above, or ``None`` for no warm-up.
     reset_every
         Hare reset period in optimiser steps (method ``"hare-tortoise"``).
     batch_size
@@ -118,6 +141,19 @@ class HareTortoise(Operator):
         Shrink factor of Shrink & Perturb.
     predict_with
         ``"tortoise"`` or ``"hare"``: the network behind ``y_pred``.
+    reset_on
+        ``None`` (resets on the ``reset_every`` schedule only) or ``"alarm"`` (also at alarms).
+    reset_to
+        What an alarm resets: ``"tortoise"`` (the Hare is set to the Tortoise; methods with a
+        Tortoise) or ``"full"`` (fresh networks and optimiser).
+    detector
+        A registered change detector (e.g. ``"river:DDM"``) run inside the operator on the 0/1
+        loss of every labelled record; its alarms count as the record's ``alarm``. Needs
+        ``reset_on="alarm"``.
+    detector_params
+        Parameters of ``detector``.
+    min_reset_gap
+        Labelled training records after an alarm reset during which alarms are ignored.
     field
         Dotted path of the feature vector in the record.
     seed
@@ -143,7 +179,7 @@ class HareTortoise(Operator):
     >>> def accuracy(field):  # prequential, over the last 300 records
     ...     return round(float(np.mean([o[field] == o["y"] for o in outs[-300:]])), 3)
     >>> accuracy("y_pred"), accuracy("y_pred_hare"), op.n_steps, op.n_resets
-    (0.89, 0.887, 75, 3)
+    (0.89, 0.89, 75, 3)
 
     References
     ----------
@@ -161,6 +197,7 @@ class HareTortoise(Operator):
         model: Callable[[], Any] | None = None,
         method: str = "hare-tortoise",
         ema_momentum: float = 0.999,
+        ema_warmup: float | None = 10.0,
         reset_every: int = 1000,
         batch_size: int = 32,
         replay_ratio: int = 1,
@@ -171,6 +208,11 @@ class HareTortoise(Operator):
         clip_norm: float | None = 0.5,
         shrink: float = 0.2,
         predict_with: str = "tortoise",
+        reset_on: str | None = None,
+        reset_to: str = "tortoise",
+        detector: str | None = None,
+        detector_params: Mapping[str, Any] | None = None,
+        min_reset_gap: int = 200,
         field: str = "value",
         seed: int = 0,
         threads: int | None = 1,
@@ -181,6 +223,7 @@ class HareTortoise(Operator):
         self.model = model
         self.method = method
         self.ema_momentum = ema_momentum
+        self.ema_warmup = ema_warmup
         self.reset_every = reset_every
         self.batch_size = batch_size
         self.replay_ratio = replay_ratio
@@ -191,6 +234,11 @@ class HareTortoise(Operator):
         self.clip_norm = clip_norm
         self.shrink = shrink
         self.predict_with = predict_with
+        self.reset_on = reset_on
+        self.reset_to = reset_to
+        self.detector = detector
+        self.detector_params = detector_params
+        self.min_reset_gap = min_reset_gap
         self.field = field
         self.seed = seed
         self.threads = threads
@@ -226,6 +274,8 @@ class HareTortoise(Operator):
             raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, "
                              f"got {self.method!r}")
         real_in("ema_momentum", 0.0, 1.0, hi_open=True)
+        if self.ema_warmup is not None:
+            real_in("ema_warmup", 1.0, float("inf"))
         positive_int("reset_every")
         positive_int("batch_size")
         positive_int("replay_ratio")
@@ -240,6 +290,28 @@ class HareTortoise(Operator):
         if self.predict_with not in ("tortoise", "hare"):
             raise ValueError(f"predict_with must be 'tortoise' or 'hare', "
                              f"got {self.predict_with!r}")
+        if self.reset_on not in (None, "alarm"):
+            raise ValueError(f"reset_on must be None or 'alarm', got {self.reset_on!r}")
+        if self.reset_to not in ("tortoise", "full"):
+            raise ValueError(f"reset_to must be 'tortoise' or 'full', got {self.reset_to!r}")
+        if (self.reset_on == "alarm" and self.reset_to == "tortoise"
+                and not METHODS[self.method][0]):
+            raise ValueError(f"reset_to='tortoise' needs a method with a Tortoise, not "
+                             f"{self.method!r}; use reset_to='full'")
+        if self.detector is not None:
+            if self.reset_on != "alarm":
+                raise ValueError("detector needs reset_on='alarm'")
+            if self.detector_params is not None and not isinstance(self.detector_params,
+                                                                   Mapping):
+                raise ValueError("detector_params must be a mapping of the detector's "
+                                 f"parameters, got {self.detector_params!r}")
+            try:
+                create(self.detector, **dict(self.detector_params or {}))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"detector: {exc}") from None
+        elif self.detector_params is not None:
+            raise ValueError("detector_params needs a detector")
+        positive_int("min_reset_gap", 0)
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
         if not is_int(self.seed) or not 0 <= self.seed < 2**63:
@@ -269,6 +341,12 @@ class HareTortoise(Operator):
         self._n_resets = 0
         self._n_task_changes = 0
         self._task: Any = None
+        self._ema_t = 0  # EMA updates since the warm-up (re)started
+        self._n_alarm_resets = 0
+        self._since_alarm_reset = 0  # labelled training records since the last alarm reset
+        self._version = 0  # bumped whenever a network changes (micro-batch prediction)
+        self._detector = (None if self.detector is None
+                          else create(self.detector, **dict(self.detector_params or {})))
         self._bind()
 
     def _bind(self) -> None:
@@ -321,6 +399,10 @@ class HareTortoise(Operator):
             "n_resets": self._n_resets,
             "n_task_changes": self._n_task_changes,
             "task": self._task,
+            "ema_t": self._ema_t,
+            "n_alarm_resets": self._n_alarm_resets,
+            "since_alarm_reset": self._since_alarm_reset,
+            "detector": None if self._detector is None else self._detector.state_dict(),
         }
         # encode + decode is a deep copy that shares no tensor with the operator.
         return {"operator": self.name, "state": decode_state(encode_state(raw))}
@@ -346,6 +428,12 @@ class HareTortoise(Operator):
         self._n_resets = int(s["n_resets"])
         self._n_task_changes = int(s["n_task_changes"])
         self._task = s["task"]
+        # States written before the EMA warm-up existed: the warm-up counts every step.
+        self._ema_t = int(s.get("ema_t", self._n_steps))
+        self._n_alarm_resets = int(s.get("n_alarm_resets", 0))
+        self._since_alarm_reset = int(s.get("since_alarm_reset", 0))
+        if self._detector is not None and s.get("detector") is not None:
+            self._detector.load_state_dict(s["detector"])
 
     # ---- read-only views ------------------------------------------------------------
 
@@ -375,13 +463,29 @@ class HareTortoise(Operator):
         return self._n_task_changes
 
     @property
+    def n_alarm_resets(self) -> int:
+        """Resets driven by alarms (``reset_on="alarm"``)."""
+        return self._n_alarm_resets
+
+    @property
+    def ema_momentum_now(self) -> float:
+        """The momentum the next EMA update uses (``m_t`` with the warm-up)."""
+        m = float(self.ema_momentum)
+        if self.ema_warmup is None:
+            return m
+        t = self._ema_t
+        return min(m, (1.0 + t) / (float(self.ema_warmup) + t))
+
+    @property
     def buffer_len(self) -> int:
         """Records in the replay buffer."""
         return len(self._replay)
 
     # ---- processing -----------------------------------------------------------------
 
-    def _parse(self, record: Mapping) -> tuple[np.ndarray, int | None, bool]:
+    def _parse(self, record: Mapping) -> tuple[np.ndarray, int | None, bool, bool]:
+        if not isinstance(record, Mapping):
+            raise BadInput(f"record is a {type(record).__name__}, not a mapping")
         x = as_array(get_field(record, self.field), shape=(self.in_dim,), name=self.field)
         y = record.get("y")
         if y is not None:
@@ -391,7 +495,8 @@ class HareTortoise(Operator):
                 raise BadInput(f"label y={y!r} is not a class index in 0..{self.n_classes - 1}")
             y = int(y)
         train = record.get("train", True) is not False
-        return x, y, train
+        alarm = bool(record.get("alarm")) if self.reset_on == "alarm" else False
+        return x, y, train, alarm
 
     def _predictor(self) -> Any:
         if self._tortoise is not None and self.predict_with == "tortoise":
@@ -400,31 +505,102 @@ class HareTortoise(Operator):
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
         with TorchThreads(self.threads):
-            return super().process_batch(records)
+            return self._run(list(records), dead_letters=True)
 
     def process(self, record: Mapping) -> list[dict]:
-        if not isinstance(record, Mapping):
-            raise BadInput(f"record is a {type(record).__name__}, not a mapping")
-        x, y, train = self._parse(record)
         with TorchThreads(self.threads):
-            return self._process(record, x, y, train)
+            return self._run([record], dead_letters=False)  # type: ignore[return-value]
 
-    def _process(self, record: Mapping, x: np.ndarray, y: int | None, train: bool) -> list[dict]:
+    def _run(self, records: list, dead_letters: bool) -> list[dict | DeadLetter]:
+        """Test-then-train over ``records``: each run of records up to the next training step
+        is predicted in one forward pass; when learning a record changes a network (a step,
+        a task-change intervention, an alarm reset) the records after it are predicted anew."""
+        parsed: list = []
+        for r in records:
+            try:
+                parsed.append(self._parse(r))
+            except BadInput as exc:
+                if not dead_letters:
+                    raise
+                parsed.append(exc)
+        out: list[dict | DeadLetter] = []
+        i, n = 0, len(records)
+        while i < n:
+            # The run ends at the record that fills the micro-batch (a training step).
+            room, j = self.batch_size - self._batch_len, i
+            while j < n:
+                p = parsed[j]
+                if not isinstance(p, BadInput) and p[1] is not None and p[2]:
+                    room -= 1
+                    if room == 0:
+                        break
+                j += 1
+            run = [k for k in range(i, min(j + 1, n)) if not isinstance(parsed[k], BadInput)]
+            preds = self._predict_rows(np.stack([parsed[k][0] for k in run])) if run else {}
+            row = 0
+            version = self._version
+            for k in range(i, min(j + 1, n)):
+                i = k + 1
+                p = parsed[k]
+                if isinstance(p, BadInput):
+                    out.append(self._dead_letter(records[k], p))
+                    continue
+                fields = {f: int(v[row]) for f, v in preds.items()}
+                row += 1
+                out.append(self._output(records[k], **fields))
+                self._learn_record(records[k], p, fields["y_pred"])
+                if self._version != version:
+                    break
+        return out
+
+    def _predict_rows(self, x: np.ndarray) -> dict[str, np.ndarray]:
         torch = _torch()
-        xt = torch.from_numpy(x).to(self._dtype).unsqueeze(0)
+        xt = torch.from_numpy(x).to(self._dtype)
         with torch.no_grad():
-            y_hare = int(self._hare(xt).argmax(1))
+            y_hare = self._hare(xt).argmax(1).numpy()
             if self._tortoise is None:
-                fields = {"y_pred": y_hare}
-            else:
-                y_tort = int(self._tortoise(xt).argmax(1))
-                if self.predict_with == "tortoise":
-                    fields = {"y_pred": y_tort, "y_pred_hare": y_hare}
-                else:
-                    fields = {"y_pred": y_hare, "y_pred_tortoise": y_tort}
+                return {"y_pred": y_hare}
+            y_tort = self._tortoise(xt).argmax(1).numpy()
+        if self.predict_with == "tortoise":
+            return {"y_pred": y_tort, "y_pred_hare": y_hare}
+        return {"y_pred": y_hare, "y_pred_tortoise": y_tort}
+
+    def _learn_record(self, record: Mapping, parsed: tuple, y_pred: int) -> None:
+        x, y, train, alarm = parsed
+        if self._detector is not None and y is not None:
+            # The inner detector watches the 0/1 loss of every labelled record.
+            found = self._detector.process({"value": float(y_pred != y)})
+            alarm = alarm or any(o.get("alarm") for o in found)
+        if alarm and self._since_alarm_reset >= self.min_reset_gap:
+            self.alarm_reset()
         if y is not None and train:
+            self._since_alarm_reset += 1
             self._learn_one(x, y, record.get("task"))
-        return [self._output(record, **fields)]
+
+    def alarm_reset(self) -> None:
+        """Reset as at an alarm (``reset_to``): the Hare to the Tortoise, or fresh networks and
+        optimiser; empty the replay buffer and restart the EMA warm-up."""
+        torch = _torch()
+        if self.reset_to == "full":
+            fresh = self._build()
+            with torch.no_grad():
+                for h, f in zip(self._hare_all, [*fresh.parameters(), *fresh.buffers()],
+                                strict=True):
+                    h.copy_(f)
+                if self._tortoise is not None:
+                    for t, h in zip(self._tort_all, self._hare_all, strict=True):
+                        t.copy_(h)
+            self._opt = torch.optim.AdamW(self._hare.parameters(), lr=self.lr,
+                                          weight_decay=self.weight_decay)
+        elif self._tortoise is not None:
+            with torch.no_grad():
+                for h, t in zip(self._hare_all, self._tort_all, strict=True):
+                    h.copy_(t)
+        self._replay.clear()
+        self._ema_t = 0
+        self._since_alarm_reset = 0
+        self._n_alarm_resets += 1
+        self._version += 1
 
     def _learn_one(self, x: np.ndarray, y: int, task: Any) -> None:
         if task is not None:
@@ -466,6 +642,7 @@ class HareTortoise(Operator):
         finally:
             hare.eval()
         self._n_steps += 1
+        self._version += 1
         if self._tortoise is not None:
             self._ema()
             if METHODS[self.method][1] and self._n_steps % self.reset_every == 0:
@@ -482,7 +659,8 @@ class HareTortoise(Operator):
 
     def _ema(self) -> None:
         torch = _torch()
-        m = float(self.ema_momentum)
+        m = self.ema_momentum_now
+        self._ema_t += 1
         with torch.no_grad():
             torch._foreach_mul_(self._tort_float, m)
             torch._foreach_add_(self._tort_float, self._hare_float, alpha=1.0 - m)
@@ -510,6 +688,7 @@ class HareTortoise(Operator):
         if action is None:
             return
         fresh = self._build()
+        self._version += 1
         with torch.no_grad():
             if action == "shrink-perturb":
                 for p, f in zip(self._hare.parameters(), fresh.parameters(), strict=True):

@@ -37,6 +37,8 @@ __all__ = [
     "resolve",
     "list_operators",
     "registered_names",
+    "suggest",
+    "ALIASES",
 ]
 
 #: Built-in operators: registered name -> ``"module:Class"``. The module registers the class
@@ -108,18 +110,70 @@ def _load_prefix(prefix: str) -> bool:
     return prefix in _PREFIXES
 
 
+#: Other spellings accepted for an operator: alias -> registered name (River's docs and older
+#: papers write HDDM_A and HDDM_W; River's classes are HDDMA and HDDMW).
+ALIASES: dict[str, str] = {
+    "river:HDDM_A": "river:HDDMA",
+    "river:HDDM_W": "river:HDDMW",
+}
+
+
 def resolve(name: str) -> Callable[..., Operator]:
-    """Return a constructor for the operator registered as ``name``."""
+    """Return a constructor for the operator registered as ``name``.
+
+    An unknown name raises ``ValueError`` with the closest registered names:
+
+    >>> try:
+    ...     resolve("adwin")
+    ... except ValueError as exc:
+    ...     print(str(exc).split(";")[1])
+     did you mean river:ADWIN? (run `shiftwatch operators` for all)
+    """
+    name = ALIASES.get(name, name) if isinstance(name, str) else name
+    if not isinstance(name, str):
+        raise ValueError(f"operator name must be a string, got {name!r}")
     if name not in _REGISTRY and name in BUILTIN_OPERATORS:
         _load(name)
     if name in _REGISTRY:
         return _REGISTRY[name]
     prefix, sep, rest = name.partition(":")
-    if sep and _load_prefix(prefix):
+    if sep and _load_prefix(prefix) and rest in _PREFIXES[prefix][1]():
         return _PREFIXES[prefix][0](rest)
-    known = ", ".join(registered_names()[:12])
-    raise ValueError(f"unknown operator {name!r}; known operators include: {known} "
-                     "(run `shiftwatch operators` for all)")
+    close = suggest(name)
+    hint = (f"did you mean {' or '.join(close)}?" if close else
+            f"known operators include: {', '.join(registered_names()[:12])}")
+    raise ValueError(f"unknown operator {name!r}; {hint} (run `shiftwatch operators` for all)")
+
+
+def _fold(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "").replace(" ", "")
+
+
+def suggest(name: str, n: int = 3) -> list[str]:
+    """Registered names close to ``name``: same letters ignoring case, ``_`` and ``-`` (with
+    or without the family prefix), else the closest spellings (:mod:`difflib`).
+
+    >>> suggest("adwin"), suggest("river:pagehinkly"), suggest("Standardise")
+    (['river:ADWIN'], ['river:PageHinkley'], ['standardize'])
+    """
+    import difflib
+
+    names = registered_names() + list(ALIASES)
+    folded: dict[str, list[str]] = {}
+    for cand in names:
+        target = ALIASES.get(cand, cand)
+        for key in {_fold(cand), _fold(cand.partition(":")[2] or cand)}:
+            if target not in folded.setdefault(key, []):
+                folded[key].append(target)
+    want = _fold(name)
+    bare = _fold(name.partition(":")[2] or name)
+    for key in (want, bare):
+        if key in folded:
+            return folded[key][:n]
+    out: list[str] = []
+    for key in difflib.get_close_matches(want, list(folded), n=n, cutoff=0.7):
+        out += [c for c in folded[key] if c not in out]
+    return out[:n]
 
 
 def create(name: str, keep_input: bool = False, **params: Any) -> Operator:

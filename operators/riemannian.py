@@ -21,11 +21,14 @@ from shiftwatch.operators.locate import ValueWindow, mean_change_split
 from shiftwatch.operators.manifolds import (
     MANIFOLD_NAMES,
     Manifold,
+    cholesky_inplace,
     grassmann_dist,
     grassmann_step,
+    lower_inverse_inplace,
     manifold_from_spec,
     spd_affine_dist,
-    spd_affine_step,
+    spd_affine_dist_factored,
+    spd_affine_step_inplace,
     spd_bw_dist,
     spd_bw_exp,
     spd_bw_log,
@@ -52,12 +55,29 @@ THRESHOLD_MODES = ("adaptive", "calibrated")
 
 @njit(cache=True)
 def karcher_scores_spd_affine(xs, p0, p1, s0, s1, retraction, out):
-    """Affine-invariant SPD: one eigh per estimate (geodesic or retraction step), one for g."""
+    """Affine-invariant SPD: one eigen-decomposition per estimate (geodesic or retraction
+    step) and the eigenvalues of one more matrix for g, per sample.
+
+    Allocation-free: each estimate's Cholesky factor (and its inverse) is computed once per
+    sample, right after its step, and serves both the distance and the next step; the small
+    eigenproblems go to :func:`~shiftwatch.operators.manifolds.sym_eig_inplace`. The factors
+    are a function of ``p0``/``p1`` alone, so a run split over several calls gives the same
+    bits as one call.
+    """
+    n = p0.shape[0]
+    low0, inv0 = np.empty((n, n)), np.empty((n, n))
+    low1, inv1 = np.empty((n, n)), np.empty((n, n))
+    v, tmp = np.empty((n, n)), np.empty((n, n))
+    d, e = np.empty(n), np.empty(n)
+    cholesky_inplace(p0, low0)
+    lower_inverse_inplace(low0, inv0)
+    cholesky_inplace(p1, low1)
+    lower_inverse_inplace(low1, inv1)
     for t in range(xs.shape[0]):
         x = xs[t]
-        p0[:, :] = spd_affine_step(x, p0, s0, retraction)
-        p1[:, :] = spd_affine_step(x, p1, s1, retraction)
-        out[t] = spd_affine_dist(p0, p1)
+        spd_affine_step_inplace(x, p0, low0, inv0, s0, retraction, v, d, e, tmp)
+        spd_affine_step_inplace(x, p1, low1, inv1, s1, retraction, v, d, e, tmp)
+        out[t] = spd_affine_dist_factored(inv0, low1, tmp, v, d, e)
 
 
 @njit(cache=True)

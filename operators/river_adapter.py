@@ -295,6 +295,7 @@ class RiverDetector(Operator):
                              f"parameters: {', '.join(self.accepted_params)}")
         for k, v in self.params.items():
             _check_param_type(self.name, k, v, self.river_defaults[k])
+        _check_param_ranges(self.name, self.detector, {**self.river_defaults, **self.params})
         try:
             self.river_class(**self.params)
         except (ValueError, TypeError, OverflowError) as exc:
@@ -607,6 +608,68 @@ def _check_param_type(op_name: str, name: str, value: Any, default: Any) -> None
     elif name == "seed" and value is not None and (
             isinstance(value, bool) or not isinstance(value, numbers.Integral)):
         raise ValueError(f"{op_name}: seed must be an integer or None, got {value!r}")
+
+
+#: Allowed ranges of River's detector parameters, checked before River sees them (some bad
+#: values make River's compiled code panic, others are accepted and never alarm). Read from
+#: River 0.26's docstrings and code: name -> param -> (low, high, low_closed, high_closed),
+#: either bound None for unbounded. Significance levels and confidences are probabilities.
+_UNIT_OPEN = (0.0, 1.0, False, False)
+_POSITIVE = (0.0, None, False, False)
+_NONNEGATIVE = (0.0, None, True, False)
+_AT_LEAST_1 = (1, None, True, False)
+PARAM_RANGES: dict[str, dict[str, tuple]] = {
+    "ADWIN": {"delta": _UNIT_OPEN, "clock": _AT_LEAST_1, "max_buckets": _AT_LEAST_1,
+              "min_window_length": _AT_LEAST_1, "grace_period": _NONNEGATIVE},
+    "PageHinkley": {"min_instances": _NONNEGATIVE, "delta": _NONNEGATIVE,
+                    "threshold": _POSITIVE, "alpha": (0.0, 1.0, False, True)},
+    "KSWIN": {"alpha": _UNIT_OPEN, "window_size": (2, None, True, False),
+              "stat_size": _AT_LEAST_1},
+    "DummyDriftDetector": {"t_0": _NONNEGATIVE, "w": _NONNEGATIVE},
+    "DDM": {"warm_start": _NONNEGATIVE, "warning_threshold": _POSITIVE,
+            "drift_threshold": _POSITIVE},
+    "EDDM": {"warm_start": _NONNEGATIVE, "alpha": (0.0, 1.0, False, True),
+             "beta": (0.0, 1.0, False, True)},
+    "FHDDM": {"sliding_window_size": _AT_LEAST_1, "confidence_level": _UNIT_OPEN,
+              "short_window_size": _AT_LEAST_1},
+    "HDDMA": {"drift_confidence": _UNIT_OPEN, "warning_confidence": _UNIT_OPEN},
+    "HDDMW": {"drift_confidence": _UNIT_OPEN, "warning_confidence": _UNIT_OPEN,
+              "lambda_val": (0.0, 1.0, False, True)},
+}
+
+
+def _check_param_ranges(op_name: str, detector: str, values: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the parameter when a value is outside River's range.
+
+    >>> _check_param_ranges("river:ADWIN", "ADWIN", {"delta": 5})
+    Traceback (most recent call last):
+    ...
+    ValueError: river:ADWIN: delta must be in (0, 1), got 5
+    """
+    for name, (lo, hi, lo_closed, hi_closed) in PARAM_RANGES.get(detector, {}).items():
+        v = values.get(name)
+        if v is None or v is inspect.Parameter.empty or isinstance(v, bool) or not isinstance(
+                v, numbers.Real):
+            continue  # absent, or wrong type (reported by _check_param_type)
+        too_low = lo is not None and (v < lo if lo_closed else v <= lo)
+        too_high = hi is not None and (v > hi if hi_closed else v >= hi)
+        if too_low or too_high or math.isinf(v):
+            if hi is None:
+                rng = f">= {lo:g}" if lo_closed else f"> {lo:g}"
+            else:
+                rng = f"{'[' if lo_closed else '('}{lo:g}, {hi:g}{']' if hi_closed else ')'}"
+                rng = f"in {rng}"
+            raise ValueError(f"{op_name}: {name} must be {rng}, got {v!r}")
+    if detector == "KSWIN":
+        ws, ss = values.get("window_size"), values.get("stat_size")
+        if isinstance(ws, numbers.Real) and isinstance(ss, numbers.Real) and ss >= ws:
+            raise ValueError(f"{op_name}: stat_size must be smaller than window_size "
+                             f"({ws!r}), got {ss!r}")
+    if detector == "EDDM":
+        a, b = values.get("alpha"), values.get("beta")
+        if isinstance(a, numbers.Real) and isinstance(b, numbers.Real) and a < b:
+            raise ValueError(f"{op_name}: alpha (warning) must be >= beta (drift), "
+                             f"got alpha={a!r}, beta={b!r}")
 
 
 register_prefix("river", _detector_class, river_detector_names)

@@ -30,12 +30,17 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["load_torch", "TorchThreads", "seeded_init", "mlp", "is_int", "check_int"]
+__all__ = ["load_torch", "TorchThreads", "TORCH_SETTINGS_LOCK", "seeded_init", "mlp", "is_int",
+           "check_int"]
 
 _torch: Any = None
+
+#: Held by every :class:`TorchThreads` block that changes a setting (reentrant, so blocks nest).
+TORCH_SETTINGS_LOCK = threading.RLock()
 
 INSTALL_HINT = "pip install -c constraints.txt -e '.[learners]'"
 
@@ -63,9 +68,14 @@ class TorchThreads:
     setting) and, with ``flush_denormal``, subnormal floats flushed to zero; both settings are
     restored on exit.
 
-    Both settings are **process-wide**, not per operator or per thread: two operators running
-    at the same time in threads of one process see each other's setting. The stream runtime
-    calls operators one at a time, so the limiter holds there. Blocks may nest.
+    torch's API makes both settings **process-wide**, not per operator (how far each is per OS
+    thread in effect depends on the build: OpenMP's thread count and the x86 flush flags are per
+    thread, MKL's thread count and other parallel backends are global), so a block that changes
+    one holds the process-wide reentrant lock :data:`TORCH_SETTINGS_LOCK` from the change to
+    the restore: two learner stages running as threads of one process (Kafka stages) take
+    turns, each computing under its own setting and never restoring the other's. Blocks may
+    nest (in one thread). Stages that should compute in parallel run as processes; a block
+    with ``threads=None`` and no flushing changes nothing and takes no lock.
 
     One thread suits the small networks and single-record steps of a stream operator, which
     scales out by keys and partitions instead. Flushing subnormals matters for CILA: its
@@ -86,24 +96,32 @@ class TorchThreads:
         if self.threads is None and not self.flush_denormal:
             return
         torch = load_torch()
-        if self.threads is not None:
-            self._threads_before = torch.get_num_threads()
-            if self._threads_before != self.threads:
-                torch.set_num_threads(self.threads)
-        if self.flush_denormal:
-            # torch has no getter for the flush mode: a subnormal survives a product only
-            # when flushing is off.
-            self._flush_before = bool(torch.tensor([1e-40]).mul_(1.0)[0] == 0)
-            torch.set_flush_denormal(True)
+        TORCH_SETTINGS_LOCK.acquire()
+        try:
+            if self.threads is not None:
+                self._threads_before = torch.get_num_threads()
+                if self._threads_before != self.threads:
+                    torch.set_num_threads(self.threads)
+            if self.flush_denormal:
+                # torch has no getter for the flush mode: a subnormal survives a product only
+                # when flushing is off.
+                self._flush_before = bool(torch.tensor([1e-40]).mul_(1.0)[0] == 0)
+                torch.set_flush_denormal(True)
+        except BaseException:
+            TORCH_SETTINGS_LOCK.release()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         if self.threads is None and not self.flush_denormal:
             return
         torch = load_torch()
-        if self.flush_denormal:
-            torch.set_flush_denormal(self._flush_before)
-        if self.threads is not None and self._threads_before != self.threads:
-            torch.set_num_threads(self._threads_before)
+        try:
+            if self.flush_denormal:
+                torch.set_flush_denormal(self._flush_before)
+            if self.threads is not None and self._threads_before != self.threads:
+                torch.set_num_threads(self._threads_before)
+        finally:
+            TORCH_SETTINGS_LOCK.release()
 
 
 @contextlib.contextmanager

@@ -213,6 +213,7 @@ class _KeyTrace:
         self.values: list[tuple[float, ...]] = []
         self.value_kind: tuple[str, int] | None = None  # ("scalar"|"coords"|"norm"|"trace", d)
         self.outputs: list[dict] = []
+        self.channels: Sequence[str] | None = None
 
     def add_input(self, record: Mapping) -> None:
         self.input_offsets.append(record.get("offset"))
@@ -247,6 +248,8 @@ class _KeyTrace:
 
     def value_labels(self) -> list[str]:
         kind, d = self.value_kind or ("scalar", 1)
+        if kind == "coords" and self.channels is not None and len(self.channels) == d:
+            return [str(c) for c in self.channels]
         return {"scalar": ["value"], "trace": ["trace(value)"], "norm": ["|value|"]}.get(
             kind, [f"value[{i}]" for i in range(d)]
         )
@@ -286,9 +289,11 @@ class EvaluationSink(Sink):
         The directory for ``report.json``, ``series.png``, ``statistic.png`` and
         ``accuracy.png`` (created).
     annotations
-        True change points: ``{annotator: [positions]}`` applied to every key, or
-        ``{key: {annotator: [positions]}}`` per key, or None. Positions are 0-based in each
-        key's series.
+        True change points, as positions (0-based) in each key's own series: a list
+        ``[positions]`` or ``{annotator: [positions]}`` applied to every key;
+        ``{key: [positions]}`` (when every name is a key of the stream) or
+        ``{key: {annotator: [positions]}}`` per key, where ``[]`` says the key never changed
+        and a key left out is not scored; or None.
     name
         The run's name, written in the report.
     operator
@@ -299,6 +304,15 @@ class EvaluationSink(Sink):
         The TCPD F1 margin.
     max_panels
         At most this many keys are drawn (the first seen).
+    html
+        Also write ``report.html`` (:mod:`shiftwatch.sinks.html_report`): one self-contained
+        page with each key's series, zoomable, alarms and labels marked, and the scores.
+    parameters
+        The run's parameters (source, operators, options), shown in ``report.html`` and
+        written in ``report.json`` under ``parameters``.
+    channels
+        Names of a vector value's coordinates (e.g. the CSV columns), for legends; default
+        ``value[0]``, ``value[1]``, ...
 
     Notes
     -----
@@ -348,6 +362,9 @@ class EvaluationSink(Sink):
         plots: bool = True,
         margin: int = 5,
         max_panels: int = 6,
+        html: bool = True,
+        parameters: Mapping | None = None,
+        channels: Sequence[str] | None = None,
     ):
         if not isinstance(margin, int) or margin < 0:
             raise ValueError(f"margin must be an integer >= 0, got {margin!r}")
@@ -361,12 +378,16 @@ class EvaluationSink(Sink):
         self.plots = plots
         self.margin = margin
         self.max_panels = max_panels
+        self.html = html
+        self.parameters = parameters
+        self.channels = channels
         self.report: dict | None = None
         self._traces: dict[Hashable, _KeyTrace] = {}
         self._files: list[str] = []
         self._closed = False
         self._seq = 0
         self._plot_data: dict = {}
+        self._mode: str | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -409,6 +430,14 @@ class EvaluationSink(Sink):
                 errors = self._write_plots()
                 if errors:
                     report["plot_errors"] = errors
+            if self.parameters is not None:
+                report["parameters"] = dict(self.parameters)
+            if self.html:
+                error = self._write_html(jsonable(report))
+                if error:
+                    report["html_error"] = error
+                else:
+                    report["html"] = os.path.join(os.fspath(self.out_dir), "report.html")
             report["plots"] = list(self._files)
             self.report = jsonable(report)
             path = os.path.join(self.out_dir, "report.json")
@@ -420,6 +449,22 @@ class EvaluationSink(Sink):
         finally:
             self._traces = {}
             self._plot_data = {}
+
+    def _write_html(self, report: dict) -> str | None:
+        """Write ``report.html``; return the error instead of raising (it must not cost the
+        report)."""
+        from shiftwatch.sinks.html_report import render_html_report
+
+        path = os.path.join(self.out_dir, "report.html")
+        try:
+            page = render_html_report(report, list(self._plot_data.items()), _key_text,
+                                      parameters=jsonable(self.parameters or {}))
+            with open(path + ".tmp", "w", encoding="utf-8") as fh:
+                fh.write(page)
+            os.replace(path + ".tmp", path)
+        except Exception as exc:
+            return f"report.html: {type(exc).__name__}: {exc}"
+        return None
 
     def summary(self) -> dict:
         """The report path, the plots, and the report's ``summary`` block (after close)."""
@@ -438,16 +483,21 @@ class EvaluationSink(Sink):
         trace = self._traces.get(key)
         if trace is None:
             trace = self._traces[key] = _KeyTrace()
+            trace.channels = self.channels
         return trace
 
     def _annotations_for(self, key: Any) -> Mapping | Sequence | None:
         ann = self.annotations
         if ann is None or (isinstance(ann, (Mapping, Sequence)) and len(ann) == 0):
             return None
-        if isinstance(ann, Mapping) and all(isinstance(v, Mapping) for v in ann.values()):
-            if key in ann:
-                return ann[key]
-            return ann.get(_key_text(key))
+        if self._mode == "shared by all keys" and isinstance(ann, Mapping) and all(
+                isinstance(v, Mapping) for v in ann.values()):
+            return next(iter(ann.values()))  # one {name: {annotator: [...]}}, not a key
+        if self._mode == "per key":
+            found = ann[key] if key in ann else ann.get(_key_text(key))
+            if found is not None and not isinstance(found, Mapping):
+                return {"labels": list(found)}  # {key: [positions]}
+            return found
         return ann
 
     def _build_report(self) -> dict:
@@ -456,6 +506,7 @@ class EvaluationSink(Sink):
         pooled_learner: list[tuple[dict, list]] = []  # (output, triples source) per key
         det_reports: list[dict] = []
         total_records = 0
+        self._mode = self._annotation_mode()
         for key, trace in self._traces.items():
             positions, n = trace.positions()
             total_records += n
@@ -505,7 +556,7 @@ class EvaluationSink(Sink):
             "name": self.name,
             "operator": operator,
             "margin": self.margin,
-            "annotations": self._annotation_mode(),
+            "annotations": self._mode,
             "summary": _headline(aggregate),
             "aggregate": aggregate,
             "keys": keys,
@@ -515,8 +566,16 @@ class EvaluationSink(Sink):
         ann = self.annotations
         if ann is None or len(ann) == 0:
             return None
+        keys = {_key_text(k) for k in self._traces}
         if isinstance(ann, Mapping) and all(isinstance(v, Mapping) for v in ann.values()):
+            if len(ann) == 1 and keys and not keys & {_key_text(n) for n in ann}:
+                return "shared by all keys"  # e.g. a TCPD file: {data set: {annotator: [...]}}
             return "per key"
+        if isinstance(ann, Mapping) and self._traces:
+            # {name: [positions]}: per key when every name is a key of the stream, else the
+            # names are annotators whose points apply to every key.
+            if all(_key_text(name) in keys for name in ann):
+                return "per key"
         return "shared by all keys"
 
     # ---- plots --------------------------------------------------------------------------

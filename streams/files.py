@@ -16,11 +16,17 @@ Conventions shared by both sources:
 * ``value`` is one column (a scalar) or a list of columns (a vector, in the order given).
 * ``y`` and ``task`` are copied when named: JSON values as they are; CSV text as an ``int``
   or ``float`` when it reads as one, else as the string; an empty CSV cell gives ``None``.
-* Records carry no ``offset``: the runner numbers them.
+* Records carry no ``offset``: the runner numbers them (0, 1, ... over the items yielded,
+  dead letters included). ``source.origins.get(offset)`` gives ``{"file", "line", "offset"}``
+  for an item of the iteration under way, so that a record an operator rejects is also traced
+  back to its line.
+* Blank lines are skipped and counted in ``source.blank_lines``.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import csv
 import gzip
 import io
@@ -145,6 +151,40 @@ def _label(text: str) -> Any:
     return x if math.isfinite(x) else text
 
 
+class LineIndex:
+    """Where each yielded item came from: item number (the runner's offset) -> file line.
+
+    Stores only the places where ``line - item`` changes (skipped header and blank lines,
+    multi-line nothing), so it costs memory per skipped line, not per record.
+
+    >>> idx = LineIndex("x.csv")
+    >>> for item, line in [(0, 2), (1, 3), (2, 5), (3, 6)]:
+    ...     idx.add(item, line)
+    >>> idx.get(2), idx.get(9)
+    ({'file': 'x.csv', 'line': 5, 'offset': 2}, None)
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._starts: list[int] = []
+        self._shift: list[int] = []
+        self._n = 0
+
+    def add(self, item: int, line: int) -> None:
+        """Record that item ``item`` (0, 1, ... in order) came from line ``line``."""
+        if not self._shift or line - item != self._shift[-1]:
+            self._starts.append(item)
+            self._shift.append(line - item)
+        self._n = item + 1
+
+    def get(self, offset: Any, default: Any = None) -> dict | None:
+        """``{"file", "line", "offset"}`` of item ``offset``, or ``default``."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < self._n:
+            return default
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return {"file": self.path, "line": offset + self._shift[i], "offset": offset}
+
+
 class _FileSource(Source):
     """What CsvSource and JsonlSource share: path checks, annotations, close()."""
 
@@ -155,6 +195,8 @@ class _FileSource(Source):
         self._columns = _normalise_value_spec(self.value)
         self._vector = not isinstance(self.value, str)
         self._open: list[Iterator] = []
+        self.blank_lines = 0
+        self.origins = LineIndex(self.path)
         if self.ts_format is not None and not isinstance(self.ts_format, str):
             raise ValueError(f"ts_format must be 'iso', a strptime format or None, "
                              f"got {self.ts_format!r}")
@@ -177,11 +219,21 @@ class _FileSource(Source):
         return DeadLetter(raw=raw, reason=reason, origin={"file": self.path, "line": line})
 
     def __iter__(self) -> Iterator[dict | DeadLetter]:
-        it = self._iter()
+        it = self._traced(self._iter())
         self._open.append(it)
         return it
 
-    def _iter(self) -> Iterator[dict | DeadLetter]:
+    def _traced(self, items: Iterator[tuple[int, dict | DeadLetter]]
+                ) -> Iterator[dict | DeadLetter]:
+        """Yield the items of ``_iter`` (``(line, item)`` pairs), noting each one's line."""
+        self.blank_lines = 0
+        self.origins = origins = LineIndex(self.path)
+        with contextlib.closing(items):
+            for n, (lineno, item) in enumerate(items):
+                origins.add(n, lineno)
+                yield item
+
+    def _iter(self) -> Iterator[tuple[int, dict | DeadLetter]]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -226,8 +278,9 @@ class CsvSource(_FileSource):
     Notes
     -----
     Each physical line is one row: quoted fields may contain the delimiter but not a line
-    break. Blank lines are skipped. A row with the wrong number of fields, an empty or
-    non-numeric or non-finite value, or a bad ts becomes a dead letter; the header is line 1.
+    break. Blank lines are skipped (counted in ``blank_lines``). A row with the wrong number
+    of fields, an empty or non-numeric or non-finite value, or a bad ts becomes a dead letter;
+    the header is line 1.
     A missing file, a missing header, or a header without the named columns raises at
     construction.
 
@@ -281,7 +334,7 @@ class CsvSource(_FileSource):
                              "required")
         return [h.strip() for h in next(csv.reader([first], delimiter=self.delimiter))]
 
-    def _iter(self) -> Iterator[dict | DeadLetter]:
+    def _iter(self) -> Iterator[tuple[int, dict | DeadLetter]]:
         header = self._header
         ncol = len(header)
         pos = {c: header.index(c) for c in self._wanted()}
@@ -291,22 +344,24 @@ class CsvSource(_FileSource):
             for lineno, line in enumerate(f, start=2):
                 text = line.rstrip("\r\n")
                 if not text.strip():
+                    self.blank_lines += 1
                     continue
                 try:
                     fields = next(csv.reader([text], delimiter=self.delimiter))
                 except csv.Error as exc:
-                    yield self._dead(text, f"unparseable CSV: {exc}", lineno)
+                    yield lineno, self._dead(text, f"unparseable CSV: {exc}", lineno)
                     continue
                 if len(fields) != ncol:
-                    yield self._dead(text, f"expected {ncol} fields, got {len(fields)}", lineno)
+                    yield lineno, self._dead(text, f"expected {ncol} fields, got {len(fields)}",
+                                             lineno)
                     continue
                 try:
                     record = self._record(fields, pos, index)
                 except BadInput as exc:
-                    yield self._dead(text, str(exc), lineno)
+                    yield lineno, self._dead(text, str(exc), lineno)
                     continue
                 index += 1
-                yield record
+                yield lineno, record
 
     def _record(self, fields: list[str], pos: dict[str, int], index: int) -> dict:
         vals = []
@@ -358,8 +413,9 @@ class JsonlSource(_FileSource):
 
     Notes
     -----
-    Blank lines are skipped. Invalid JSON, a line that is not an object, a missing field, a
-    non-numeric or non-finite value, or a bad ts becomes a dead letter with the line number.
+    Blank lines are skipped (counted in ``blank_lines``). Invalid JSON, a line that is not an
+    object, a missing field, a non-numeric or non-finite value, or a bad ts becomes a dead
+    letter with the line number.
     A named ``key``/``y``/``task`` field that is absent gives ``None`` rather than a dead
     letter; ``value`` and ``ts`` must be present.
 
@@ -396,21 +452,22 @@ class JsonlSource(_FileSource):
         except (OSError, EOFError) as exc:
             raise ValueError(f"cannot read {self.path}: {exc}") from None
 
-    def _iter(self) -> Iterator[dict | DeadLetter]:
+    def _iter(self) -> Iterator[tuple[int, dict | DeadLetter]]:
         index = 0
         with _open_text(self.path) as f:
             for lineno, line in enumerate(f, start=1):
                 text = line.rstrip("\r\n")
                 if not text.strip():
+                    self.blank_lines += 1
                     continue
                 try:  # parsed as a Kafka stage parses a message
                     obj = parse_object(text)
                     record = self._record(obj, index)
                 except BadInput as exc:
-                    yield self._dead(text, str(exc), lineno)
+                    yield lineno, self._dead(text, str(exc), lineno)
                     continue
                 index += 1
-                yield record
+                yield lineno, record
 
     def _record(self, obj: dict, index: int) -> dict:
         if self._vector:

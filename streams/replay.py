@@ -194,8 +194,11 @@ gaussian-variance, beta, wishart, grassmann
             return _construct(spec, RiverDriftSource, (rest,), options, skip=("name",))
         if _canon(rest) in local:
             return _construct(spec, RiverDatasetSource, (rest,), options, skip=("name",))
-        raise ValueError(f"unknown river dataset {rest!r}; allowed: "
-                         f"{', '.join(drift_dataset_names() + river_dataset_names())}")
+        # River has two AirlinePassengers: the annotated drift series, river:NAME, and the
+        # regression dataset, river:datasets.NAME. List each once, as `shiftwatch sources`.
+        names = drift_dataset_names() + [
+            f"datasets.{n}" if _canon(n) in drift else n for n in river_dataset_names()]
+        raise ValueError(f"unknown river dataset {rest!r}; allowed: {', '.join(names)}")
     if sep and prefix == "kafka":
         from urllib.parse import parse_qsl
 
@@ -234,9 +237,12 @@ def list_sources() -> list[SourceInfo]:
                               drift_params))
     drift = set(drift_dataset_names())
     for n in river_dataset_names():
-        spec = f"river:datasets.{n}" if n in drift else f"river:{n}"
-        out.append(SourceInfo(spec, "River dataset: numeric features and label",
-                              {}))
+        if n in drift:  # the same name as an annotated series above: say which is which
+            out.append(SourceInfo(f"river:datasets.{n}", "River dataset: numeric features "
+                                  f"and label (river:{n} is the annotated series)", {}))
+        else:
+            out.append(SourceInfo(f"river:{n}", "River dataset: numeric features and label",
+                                  {}))
     for n, (ctor, summary) in SYNTHETIC.items():
         out.append(SourceInfo(f"synth:{n}", summary, _params(ctor)))
     from shiftwatch.streams.kafka import KafkaSource

@@ -76,7 +76,8 @@ def test_state_is_safe_json_with_tensors_and_everything_in_it():
     state = json.loads(dumps_state(op.state_dict()))["state"]
     assert set(state) == {"hare", "tortoise", "optimizer", "rng", "buffer_x", "buffer_y",
                           "batch_x", "batch_y", "n_seen", "n_steps", "n_resets",
-                          "n_task_changes", "task"}
+                          "n_task_changes", "task", "ema_t", "n_alarm_resets",
+                          "since_alarm_reset", "detector"}
     assert "__tensor__" in state["hare"]["0.weight"]
     assert state["n_steps"] == 12 and len(state["batch_y"]["shape"]) == 1
     back = loads_state(dumps_state(op.state_dict()))["state"]
@@ -100,8 +101,14 @@ def test_global_torch_rng_untouched_and_seed_reproducible():
 # ---- the step, the EMA and the reset against hand computations -------------------------
 
 
-def test_step_is_adamw_with_clipping_and_ema_matches_hand_computation():
-    op = create("hare-tortoise", **{**SMALL, "reset_every": 1000})
+def warmed(t, m=0.9, warmup=10.0):
+    """The EMA momentum of update t (0-based) with the warm-up, computed by hand."""
+    return m if warmup is None else min(m, (1 + t) / (warmup + t))
+
+
+@pytest.mark.parametrize("warmup", [10.0, None, 3.0])
+def test_step_is_adamw_with_clipping_and_ema_matches_hand_computation(warmup):
+    op = create("hare-tortoise", **{**SMALL, "reset_every": 1000, "ema_warmup": warmup})
     rng = np.random.default_rng(1)
     x = rng.normal(0, 3, (12, 5)).astype(np.float32)
     y = rng.integers(0, 3, 12)
@@ -111,7 +118,7 @@ def test_step_is_adamw_with_clipping_and_ema_matches_hand_computation():
     assert all(torch.equal(p, q) for p, q in pairs)
     opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=1e-3)
     tortoise = params_of(op.tortoise)
-    for step in range(4):
+    for step in range(12):
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(ref(torch.from_numpy(x)), torch.from_numpy(y))
         loss.backward()
@@ -121,10 +128,31 @@ def test_step_is_adamw_with_clipping_and_ema_matches_hand_computation():
         for p, q in zip(ref.parameters(), op.hare.parameters(), strict=True):
             assert torch.equal(p, q), f"Hare differs from plain AdamW at step {step}"
         pairs = zip(tortoise, ref.parameters(), strict=True)
-        tortoise = [0.9 * t + 0.1 * h.detach() for t, h in pairs]
+        m = warmed(step, warmup=warmup)
+        tortoise = [m * t + (1 - m) * h.detach() for t, h in pairs]
         for t, q in zip(tortoise, op.tortoise.parameters(), strict=True):
             torch.testing.assert_close(q, t, rtol=1e-6, atol=1e-7)
-    assert op.n_steps == 4 and op.n_resets == 0
+    assert op.n_steps == 12 and op.n_resets == 0
+    assert op.ema_momentum_now == warmed(12, warmup=warmup)
+
+
+def test_warmup_reaches_the_momentum_and_resumes_from_its_step_count():
+    op = create("hare-tortoise", **{**SMALL, "ema_momentum": 0.99})
+    assert op.ema_momentum_now == 0.1
+    x, y = np.zeros((2, 5)), np.zeros(2, dtype=int)
+    for _ in range(5):
+        op.learn_many(x, y)
+    assert op.ema_momentum_now == 6 / 15
+    back = create("hare-tortoise", **{**SMALL, "ema_momentum": 0.99})
+    back.load_state_dict(loads_state(dumps_state(op.state_dict())))
+    assert back.ema_momentum_now == 6 / 15
+    op._ema_t = 10_000
+    assert op.ema_momentum_now == 0.99
+    # A state without the warm-up counter (written before it existed) counts every step.
+    old = op.state_dict()
+    del old["state"]["ema_t"]
+    back.load_state_dict(old)
+    assert back.ema_momentum_now == warmed(5, m=0.99)
 
 
 def test_ema_covers_float_buffers_and_copies_integer_buffers():
@@ -132,7 +160,8 @@ def test_ema_covers_float_buffers_and_copies_integer_buffers():
         return torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.BatchNorm1d(6),
                                    torch.nn.Linear(6, 3))
 
-    op = create("hare-tortoise", **{**SMALL, "reset_every": 1000}, model=net)
+    op = create("hare-tortoise", **{**SMALL, "reset_every": 1000, "ema_warmup": None},
+                model=net)
     x = np.random.default_rng(2).normal(3, 2, (16, 5))
     t_mean = op.tortoise[1].running_mean.clone()
     op.learn_many(x, np.zeros(16, dtype=int))
@@ -143,7 +172,7 @@ def test_ema_covers_float_buffers_and_copies_integer_buffers():
 
 
 def test_reset_copies_values_keeps_optimiser_state_and_never_aliases():
-    op = create("hare-tortoise", **{**SMALL, "reset_every": 3})
+    op = create("hare-tortoise", **{**SMALL, "reset_every": 3, "ema_warmup": None})
     rng = np.random.default_rng(3)
     x, y = rng.normal(0, 1, (8, 5)), rng.integers(0, 3, 8)
     for _ in range(2):
@@ -298,3 +327,128 @@ def test_torch_state_codec_round_trips_dtypes():
     # A plain dict that happens to use the marker is escaped, not mistaken for a tensor.
     odd = {"__tensor__": "not base64", "dtype": "float32", "shape": []}
     assert decode_state(json.loads(json.dumps(encode_state(odd)))) == odd
+
+
+# ---- micro-batch inference, alarm resets, two stages in one process ----------------------
+
+
+@pytest.mark.parametrize("extra", [{}, {"method": "shrink-perturb"}, {"predict_with": "hare"},
+                                   {"reset_on": "alarm", "detector": "river:DDM",
+                                    "min_reset_gap": 20}])
+def test_process_batch_predicts_in_runs_with_the_outputs_of_one_by_one(extra):
+    params = {**SMALL, **extra}
+    records = stream(n=400, tasks=3)
+    for i, r in enumerate(records):
+        if i % 13 == 4:
+            r["y"] = None
+        if i % 17 == 6:
+            r["train"] = False
+        if i % 29 == 8:
+            r["value"] = [0.0] * 4  # bad: a dead letter at its place
+    one = create("hare-tortoise", **params)
+    expected = []
+    for r in records:
+        try:
+            expected += one.process(r)
+        except BadInput:
+            expected.append("dead")
+    many = create("hare-tortoise", **params)
+    got = []
+    for start in range(0, 400, 150):  # batches that end mid micro-batch
+        got += many.process_batch(records[start:start + 150])
+    got = [o if isinstance(o, dict) else "dead" for o in got]
+    assert got == expected
+    assert dumps_state(many.state_dict()) == dumps_state(one.state_dict())
+    assert many.n_steps > 30
+
+
+def test_process_batch_runs_one_forward_per_training_step(monkeypatch):
+    op = create("hare-tortoise", **SMALL)
+    calls = []
+    forward = op.hare.forward
+    monkeypatch.setattr(op.hare, "forward", lambda x: calls.append(len(x)) or forward(x))
+    op.process_batch(stream(n=80))
+    # 10 steps of 8 records: 10 prediction forwards of 8 rows, plus 10 training forwards.
+    assert sorted(calls) == sorted([8] * 10 + [8 + 8] * 9 + [8])
+
+
+def test_chained_alarm_resets_the_hare_and_empties_the_buffer():
+    params = {**SMALL, "reset_every": 1000, "reset_on": "alarm", "min_reset_gap": 16}
+    op = create("hare-tortoise", **params)
+    records = stream(n=120)
+    run(op, records[:64])
+    assert op.buffer_len == 40 and op.n_alarm_resets == 0
+    hare_before = params_of(op.hare)
+    run(op, [{**records[64], "y": None, "alarm": True}])  # predicted, then the reset
+    assert op.n_alarm_resets == 1 and op.buffer_len == 0 and op.ema_momentum_now == 0.1
+    for h, t in zip(op.hare.parameters(), op.tortoise.parameters(), strict=True):
+        assert torch.equal(h, t)
+    assert not all(torch.equal(a, b) for a, b in zip(hare_before, params_of(op.hare),
+                                                     strict=True))
+    run(op, [{**r, "alarm": True} for r in records[65:81]])  # within min_reset_gap (16)
+    assert op.n_alarm_resets == 1
+    run(op, [{**records[81], "alarm": True}])
+    assert op.n_alarm_resets == 2
+    # Without reset_on the alarm field is ignored.
+    plain = create("hare-tortoise", **SMALL)
+    run(plain, [{**r, "alarm": True} for r in records])
+    assert plain.n_alarm_resets == 0
+
+
+def test_full_reset_reinitialises_networks_and_optimiser():
+    params = {**SMALL, "method": "warm", "reset_on": "alarm", "reset_to": "full",
+              "min_reset_gap": 0}
+    op = create("hare-tortoise", **params)
+    run(op, stream(n=64))
+    op.alarm_reset()
+    assert op.buffer_len == 0 and op._opt.state == {}
+    assert all(p is q for p, q in zip(op._opt.param_groups[0]["params"], op.hare.parameters(),
+                                      strict=True))
+    fresh = params_of(create("hare-tortoise", **params).hare)
+    assert not all(torch.equal(a, b) for a, b in zip(fresh, params_of(op.hare), strict=True))
+    with pytest.raises(ValueError, match="reset_to"):
+        create("hare-tortoise", **{**params, "reset_to": "tortoise"})
+
+
+def test_loss_detector_resets_after_a_label_permutation_and_learns_faster():
+    # Two tasks: the same inputs, the labels permuted at record 600. The inner detector on the
+    # learner's own 0/1 loss finds the change, and the reset learner does better after it.
+    rng = np.random.default_rng(5)
+    means = rng.normal(0, 2, (3, 5))
+    records = []
+    for i in range(1200):
+        c = int(rng.integers(3))
+        y = c if i < 600 else (c + 1) % 3
+        records.append({"value": (means[c] + rng.normal(0, 1, 5)).tolist(), "y": y})
+    base = {**SMALL, "reset_every": 1000, "ema_momentum": 0.99, "buffer_size": 400}
+    plain = create("hare-tortoise", **base)
+    reset = create("hare-tortoise", **base, reset_on="alarm", reset_to="full",
+                   detector="river:DDM", min_reset_gap=100)
+    acc = {}
+    for name, op in (("plain", plain), ("reset", reset)):
+        outs = op.process_batch(records)
+        acc[name] = np.mean([o["y_pred"] == o["y"] for o in outs[600:900]])
+    assert reset.n_alarm_resets >= 1
+    assert acc["reset"] > acc["plain"] + 0.05, acc
+
+
+def test_two_learner_stages_in_threads_of_one_process():
+    import threading
+
+    records = stream(n=300)
+    params = [{**SMALL, "threads": 1}, {**SMALL, "method": "ema", "threads": 2, "seed": 4}]
+    expected = [create("hare-tortoise", **p).process_batch(records) for p in params]
+    got: dict[int, list] = {}
+
+    def stage(i: int) -> None:
+        op = create("hare-tortoise", **params[i])
+        got[i] = [o for r in records for o in op.process(r)]
+
+    before = torch.get_num_threads()
+    workers = [threading.Thread(target=stage, args=(i,)) for i in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert got[0] == expected[0] and got[1] == expected[1]
+    assert torch.get_num_threads() == before

@@ -47,6 +47,46 @@ def test_thread_limiter_sets_and_restores_threads_and_flush_mode():
         torch.set_num_threads(before)
 
 
+def test_thread_limiter_blocks_of_two_threads_take_turns():
+    # Two "stages" in threads of one process, each asking for its own setting. torch's API
+    # makes both settings process-wide (how far each is per OS thread depends on the build), so
+    # a block that changes them must not overlap another thread's: each block runs, and
+    # restores, under its own setting, and the process setting comes back at the end.
+    import threading
+    import time
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    log: list[tuple[str, int]] = []
+    seen: dict[int, list] = {1: [], 2: []}
+    start = threading.Barrier(2)
+
+    def stage(threads: int, flush: bool) -> None:
+        start.wait()
+        for _ in range(10):
+            with TorchThreads(threads, flush_denormal=flush):
+                log.append(("enter", threads))
+                time.sleep(0.002)  # give the other thread time to try to enter
+                seen[threads].append((torch.get_num_threads(), _flushing()))
+                log.append(("exit", threads))
+
+    try:
+        workers = [threading.Thread(target=stage, args=(1, True)),
+                   threading.Thread(target=stage, args=(2, False))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        # Blocks never interleave: every enter is followed by the same thread's exit.
+        assert len(log) == 40
+        assert all(log[i][0] == "enter" and log[i + 1] == ("exit", log[i][1])
+                   for i in range(0, 40, 2))
+        assert seen[1] == [(1, True)] * 10 and seen[2] == [(2, False)] * 10
+        assert torch.get_num_threads() == 3 and not _flushing()
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_seeded_init_is_reproducible_and_leaves_the_global_rng_alone():
     global_state = torch.random.get_rng_state()
     nets = []

@@ -1,0 +1,61 @@
+"""report.html: one self-contained page per replay (issue 12, part 3)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+
+from shiftwatch.deploy import cli
+
+
+def _replay(tmp_path, capsys, n=3000, extra=()):
+    rng = np.random.default_rng(5)
+    src = tmp_path / "m.csv"
+    lines = ["k,temp,hum"]
+    for i in range(n):
+        for k in ("s1", "s2"):
+            shift = 3.0 if k == "s1" and i >= n // 2 else 0.0
+            lines.append(f"{k},{rng.normal(shift, 1):.4f},{rng.normal(50, 5):.4f}")
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    rc = cli.main(["replay", str(src), "--operator", "river:ADWIN", "--source-opt", "key=k",
+                   "--source-opt", "value=[temp, hum]", "--labels", str(n // 2),
+                   "--out", str(out), "--no-progress", "--quiet", *extra])
+    capsys.readouterr()
+    assert rc == 0
+    return out
+
+
+def _data(page: str) -> dict:
+    m = re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S)
+    return json.loads(m.group(1))
+
+
+def test_every_replay_writes_a_self_contained_report_html(tmp_path, capsys):
+    out = _replay(tmp_path, capsys, extra=("--no-plots",))
+    page = (out / "report.html").read_text()
+    assert not re.search(r"(src|href)=\"?(https?:)?//", page)  # nothing fetched
+    assert "http://" not in page and "https://" not in page
+    data = _data(page)
+    assert [k["key"] for k in data["keys"]] == ["s1", "s2"]
+    s1 = data["keys"][0]
+    assert s1["n"] == 3000 and s1["truth"] == [1500]
+    assert s1["alarms"] and all(1500 <= a < 1600 for a in s1["alarms"])
+    assert s1["series"]["labels"] == ["temp", "hum"]  # channel names, not value[0]
+    assert len(s1["series"]["x"]) == 3000
+    assert data["parameters"]["operator 1"] == "river:ADWIN"
+    report = json.loads((out / "report.json").read_text())
+    assert report["html"].endswith("report.html")
+    assert data["keys"][1]["scores"]["f1"] == report["keys"]["s2"]["detector"]["f1"]
+
+
+def test_long_series_are_reduced_to_a_few_mb(tmp_path, capsys):
+    out = _replay(tmp_path, capsys, n=60000, extra=("--no-plots",))
+    page = (out / "report.html").read_text()
+    assert len(page) < 3_000_000
+    s1 = _data(page)["keys"][0]
+    assert len(s1["series"]["x"]) <= 20000 + 2
+    # min/max per bucket: the extremes of the series survive the reduction
+    assert max(s1["series"]["y"][0]) > 6.5
