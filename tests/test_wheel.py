@@ -39,6 +39,10 @@ def test_wheel_installs_only_shiftwatch_and_imports_from_the_venv(tmp_path):
     assert sorted((site / "shiftwatch").iterdir()) and {
         p.name for p in (site / "shiftwatch").iterdir() if p.is_dir()} >= {
         "operators", "streams", "sinks", "deploy"}
+    # Data files the commands read at run time ship inside the package.
+    for data in ("deploy/examples/sensors.yaml", "deploy/examples/sensors.csv",
+                 "deploy/grafana/shiftwatch.json"):
+        assert (site / "shiftwatch" / data).is_file(), f"{data} is not in the wheel"
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     out = subprocess.run(
