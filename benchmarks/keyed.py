@@ -7,10 +7,12 @@ measures
   at random over the keys (seeded), after every key has been created;
 * memory per key: the tracemalloc delta of creating every key (one record each) / keys;
 
-for (a) ``river:PageHinkley`` through the River adapter and (b) a minimal operator defined
-here (an EWMA z-score detector), against the peer measured in the same run: a plain
-``dict[key] -> river.drift.PageHinkley`` loop calling ``update`` directly. The table goes to
-stdout; paste it into benchmarks/RESULTS.md.
+for (a) ``river:PageHinkley`` through the River adapter, (b) a minimal operator defined
+here (an EWMA z-score detector), (c) ``cs`` with its defaults and with ``locate=False``,
+(d) ``karcher`` on SPD(3) records (fewer records: ``--karcher-records``), against the peers
+measured in the same run: a plain ``dict[key] -> river.drift.PageHinkley`` loop and a plain
+``dict[key] -> river.drift.ADWIN`` loop calling ``update`` directly (issue 13 compares ``cs``
+with the ADWIN loop). The table goes to stdout; paste it into benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -76,6 +78,19 @@ def make_records(n_keys: int, n_records: int, seed: int = 0):
     return warm, records
 
 
+def spd_records(records, warm, seed: int = 0):
+    """The same keys and ts with SPD(3) matrices as values (a pool of Wishart samples)."""
+    from shiftwatch.operators.manifold_samples import WishartSPDStream
+
+    pool = [r["value"] for r in WishartSPDStream(n=997, change_point=10**9, dim=3, df=6,
+                                                 seed=seed + 1)]
+
+    def swap(recs, k0):
+        return [{**r, "value": pool[(k0 + i) % len(pool)]} for i, r in enumerate(recs)]
+
+    return swap(warm, 0), swap(records, 7)
+
+
 def measure_keyed(make, warm, records):
     """(records/s, bytes per key) for a Keyed operator built by ``make``."""
     gc.collect()
@@ -99,8 +114,8 @@ def measure_keyed(make, warm, records):
     return len(records) / best, per_key
 
 
-def measure_peer(warm, records, outputs=False):
-    """A plain dict of River PageHinkley detectors, updated directly.
+def measure_peer(warm, records, outputs=False, detector=drift.PageHinkley):
+    """A plain dict of River detectors (PageHinkley by default), updated directly.
 
     With ``outputs`` the loop also builds an output record per input (key, ts, alarm), the
     part of an operator's work the bare peer skips.
@@ -110,7 +125,7 @@ def measure_peer(warm, records, outputs=False):
         for r in batch:
             det = detectors.get(r["key"])
             if det is None:
-                det = detectors[r["key"]] = drift.PageHinkley()
+                det = detectors[r["key"]] = detector()
             det.update(r["value"])
             if outputs:
                 alarms.append({"key": r["key"], "ts": r["ts"], "alarm": det.drift_detected})
@@ -139,31 +154,46 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--karcher-records", type=int, default=20_000)
+    parser.add_argument("--keys", type=int, nargs="+", default=[10, 100_000])
     args = parser.parse_args(argv)
     n_records = 20_000 if args.quick else args.records
+    n_karcher = 2_000 if args.quick else args.karcher_records
     print(f"date {date.today()}, {os.cpu_count()} cores, {platform.machine()}, "
           f"Python {platform.python_version()}, numpy {np.__version__}, river {river.__version__}")
-    print(f"{n_records} records per measurement (best of {REPEATS} passes), "
-          f"micro-batches of {BATCH}")
+    print(f"{n_records} records per measurement ({n_karcher} for karcher; best of {REPEATS} "
+          f"passes), micro-batches of {BATCH}")
     rows = []
-    for n_keys in (10, 100_000):
+    for n_keys in args.keys:
         warm, records = make_records(n_keys, n_records)
         peer_rate, peer_mem = measure_peer(warm, records)
+        adwin_rate, adwin_mem = measure_peer(warm, records, detector=drift.ADWIN)
         cases = {
             "river:PageHinkley (adapter)": lambda: Keyed(create("river:PageHinkley")),
             "EWMA z-score (minimal Operator)": lambda: Keyed(EWMAZScore()),
+            "cs (defaults)": lambda: Keyed(create("cs")),
+            "cs, locate=False": lambda: Keyed(create("cs", locate=False)),
         }
-        rows.append((n_keys, "peer: dict -> river PageHinkley.update", peer_rate, peer_mem, 1.0))
+        rows.append((n_keys, "peer: dict -> river PageHinkley.update", peer_rate, peer_mem,
+                     1.0, peer_rate / adwin_rate))
+        rows.append((n_keys, "peer: dict -> river ADWIN.update", adwin_rate, adwin_mem,
+                     adwin_rate / peer_rate, 1.0))
         rate, mem = measure_peer(warm, records, outputs=True)
-        rows.append((n_keys, "peer + an output dict per record", rate, mem, rate / peer_rate))
+        rows.append((n_keys, "PageHinkley peer + an output dict per record", rate, mem,
+                     rate / peer_rate, rate / adwin_rate))
         for label, make in cases.items():
             rate, mem = measure_keyed(make, warm, records)
-            rows.append((n_keys, label, rate, mem, rate / peer_rate))
+            rows.append((n_keys, label, rate, mem, rate / peer_rate, rate / adwin_rate))
+        kwarm, krecords = spd_records(records[:n_karcher], warm)
+        rate, mem = measure_keyed(lambda: Keyed(create("karcher")), kwarm, krecords)
+        rows.append((n_keys, "karcher (defaults, SPD(3))", rate, mem, rate / peer_rate,
+                     rate / adwin_rate))
     print()
-    print("| keys | operator | records/s | bytes/key | speed vs peer |")
-    print("| ---: | --- | ---: | ---: | ---: |")
-    for n_keys, label, rate, mem, ratio in rows:
-        print(f"| {n_keys:,} | {label} | {rate:,.0f} | {mem:,.0f} | {ratio:.2f} |")
+    print("| keys | operator | records/s | bytes/key | vs PageHinkley peer | vs ADWIN peer |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for n_keys, label, rate, mem, ratio, ratio_adwin in rows:
+        print(f"| {n_keys:,} | {label} | {rate:,.0f} | {mem:,.0f} | {ratio:.2f} | "
+              f"{ratio_adwin:.2f} |")
     sys.stdout.flush()
 
 

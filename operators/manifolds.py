@@ -119,8 +119,13 @@ def spd_whiten(x, p):
 # Small symmetric eigenproblems and SPD factor kernels, in place (no allocation per call)
 # --------------------------------------------------------------------------------------
 
+#: LLVM fast-math flag of the in-place kernels: fused multiply-add only (about 25% faster
+#: on SPD(8)). Unlike reassociation it leaves results deterministic for a given machine, so
+#: a run split over several kernel calls still gives the same bits as one call.
+_FMA = {"contract"}
 
-@njit(cache=True)
+
+@njit(cache=True, fastmath=_FMA)
 def sym_eig_inplace(v, d, e, vectors):
     """Eigen-decomposition of a small symmetric matrix in place, without allocating.
 
@@ -287,7 +292,7 @@ def sym_eig_inplace(v, d, e, vectors):
                     v[j, k] = p
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FMA)
 def sym_eigh_small(a):
     """(eigenvalues ascending, eigenvectors as columns) of a symmetric matrix, by
     :func:`sym_eig_inplace`; the allocating counterpart of ``numpy.linalg.eigh``."""
@@ -299,7 +304,7 @@ def sym_eigh_small(a):
     return d, v
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FMA)
 def sym_eigvalsh_small(a):
     """The eigenvalues (ascending) of a symmetric matrix, by :func:`sym_eig_inplace`."""
     n = a.shape[0]
@@ -310,7 +315,7 @@ def sym_eigvalsh_small(a):
     return d
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FMA)
 def cholesky_inplace(a, low):
     """``low`` <- the lower Cholesky factor of the SPD matrix ``a`` (same result as LAPACK's
     unblocked ``dpotf2`` up to rounding); raises like ``numpy.linalg.cholesky`` otherwise."""
@@ -333,7 +338,7 @@ def cholesky_inplace(a, low):
             low[i, j] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FMA)
 def lower_inverse_inplace(low, inv):
     """``inv`` <- the inverse of the lower-triangular ``low`` (forward substitution)."""
     n = low.shape[0]
@@ -348,7 +353,7 @@ def lower_inverse_inplace(low, inv):
             inv[i, j] = -s / low[i, i]
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FMA)
 def congruence_lower_inplace(inv, x, tmp, w):
     """``w`` <- inv x inv^T for lower-triangular ``inv`` and symmetric ``x`` (exactly
     symmetric: the lower triangle is computed and mirrored). ``tmp`` is n x n workspace."""
@@ -368,7 +373,7 @@ def congruence_lower_inplace(inv, x, tmp, w):
             w[j, i] = s
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FMA)
 def spd_affine_step_inplace(x, p, low, inv, s, retraction, v, d, e, tmp):
     """In place, allocation-free form of :func:`spd_affine_step`: ``p`` <- R_P(s Log_P(X)),
     then ``low``/``inv`` <- the Cholesky factor of the new ``p`` and its inverse.
@@ -403,7 +408,7 @@ def spd_affine_step_inplace(x, p, low, inv, s, retraction, v, d, e, tmp):
     lower_inverse_inplace(low, inv)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FMA)
 def spd_affine_dist_factored(inv_a, low_b, c, m, d, e):
     """d(A, B) from ``inv_a`` = L_A^-1 and ``low_b`` = L_B (Cholesky factors).
 

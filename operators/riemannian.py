@@ -53,7 +53,7 @@ THRESHOLD_MODES = ("adaptive", "calibrated")
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"contract"})
 def karcher_scores_spd_affine(xs, p0, p1, s0, s1, retraction, out):
     """Affine-invariant SPD: one eigen-decomposition per estimate (geodesic or retraction
     step) and the eigenvalues of one more matrix for g, per sample.

@@ -39,7 +39,8 @@ __all__ = ["load_torch", "TorchThreads", "TORCH_SETTINGS_LOCK", "seeded_init", "
 
 _torch: Any = None
 
-#: Held by every :class:`TorchThreads` block that changes a setting (reentrant, so blocks nest).
+#: Held by every :class:`TorchThreads` block that changes a setting and every
+#: :func:`seeded_init` block (reentrant, so blocks nest).
 TORCH_SETTINGS_LOCK = threading.RLock()
 
 INSTALL_HINT = "pip install -c constraints.txt -e '.[learners]'"
@@ -130,11 +131,13 @@ def seeded_init(generator: Any) -> Iterator[None]:
     the caller's global RNG state back afterwards.
 
     Module constructors (and dropout in a user's network) draw from the global RNG; this makes
-    them reproducible from the operator's own generator without touching anyone else's.
+    them reproducible from the operator's own generator without touching anyone else's. The
+    global RNG is process-wide, so the block holds :data:`TORCH_SETTINGS_LOCK`: two learners
+    initialising in threads of one process would otherwise draw from each other's seed.
     """
     torch = load_torch()
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-    with torch.random.fork_rng(devices=[]):
+    with TORCH_SETTINGS_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
 

@@ -779,6 +779,10 @@ def _located_marks(ax: Any, located: Sequence[int]) -> None:
                    label="located change" if i == 0 else None)
 
 
+def _key_title(key: Any) -> str:
+    return "unkeyed stream" if key is None else f"key {_key_text(key)}"
+
+
 def _panel_title(fig: Any, name: str, what: str, shown: int, total: int) -> None:
     extra = f" (first {shown} of {total} keys)" if total > shown else ""
     fig.suptitle(f"{name}: {what}{extra}")
@@ -802,9 +806,10 @@ def _plot_series(data: list, max_panels: int, name: str) -> Any:
         _truth_lines(ax, d["annotations"])
         _alarm_lines(ax, d.get("alarms", []))
         _located_marks(ax, d.get("located", []))
-        ax.set_title(f"key {_key_text(key)}", fontsize=9, loc="left")
+        ax.set_title(_key_title(key), fontsize=9, loc="left")
         ax.set_xlim(0, max(len(values) - 1, 1))
-        ax.legend(loc="upper left", fontsize=7)
+        ax.set_ylabel("value")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)  # beside the data
     axes[-1].set_xlabel("position in series")
     return fig
 
@@ -855,8 +860,9 @@ def _plot_statistic(data: list, max_panels: int, name: str) -> Any:
         _truth_lines(ax, d["annotations"])
         _alarm_lines(ax, d.get("alarms", []))
         _located_marks(ax, d.get("located", []))
-        ax.set_title(f"key {_key_text(key)}", fontsize=9, loc="left")
-        ax.legend(loc="upper left", fontsize=7)
+        ax.set_title(_key_title(key), fontsize=9, loc="left")
+        ax.set_ylabel("statistic")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)  # beside the data
     axes[-1].set_xlabel("position in series")
     return fig
 

@@ -26,11 +26,11 @@ _SCORES = ("n", "n_alarms", "f1", "precision", "recall", "covering", "mean_delay
 
 
 def _reduce(x: np.ndarray, ys: list[np.ndarray], max_points: int) -> tuple[list, list]:
-    """Keep min and max of each bucket when there are more than ``max_points`` points."""
+    """Keep each channel's min and max per bucket when there are more than ``max_points``."""
     n = len(x)
     if n <= max_points:
         return _clean(x), [_clean(y) for y in ys]
-    buckets = max(max_points // 2, 1)
+    buckets = max(max_points // (2 * max(len(ys), 1)), 1)  # at most 2 points per channel
     edges = np.linspace(0, n, buckets + 1).astype(int)
     keep: list[int] = []
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):

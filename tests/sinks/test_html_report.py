@@ -52,7 +52,7 @@ def test_every_replay_writes_a_self_contained_report_html(tmp_path, capsys):
 
 
 def test_long_series_are_reduced_to_a_few_mb(tmp_path, capsys):
-    out = _replay(tmp_path, capsys, n=60000, extra=("--no-plots",))
+    out = _replay(tmp_path, capsys, n=25000, extra=("--no-plots",))
     page = (out / "report.html").read_text()
     assert len(page) < 3_000_000
     s1 = _data(page)["keys"][0]
