@@ -480,13 +480,11 @@ def cmd_short(a: argparse.Namespace) -> str:
             + "\n".join(lines))
 
 
-def permuted_stream(data: dict, n: int, n_changes: int, seed: int
+def permuted_stream(x: np.ndarray, y: np.ndarray, n: int, n_changes: int, seed: int
                     ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """mnist1d records drawn at random; at each of ``n_changes`` change points (uniform, at
-    least n / (2 (n_changes + 1)) apart) the labels are permuted afresh."""
+    """Records drawn at random (with replacement) from (x, y); at each of ``n_changes`` change
+    points (uniform, at least n / (2 (n_changes + 1)) apart) the labels are permuted afresh."""
     rng = np.random.default_rng([seed, 33])
-    x = np.concatenate([data["x"], data["x_test"]]).astype(np.float32)
-    y = np.concatenate([data["y"], data["y_test"]])
     gap = n // (2 * (n_changes + 1))
     while True:
         cps = sorted(rng.choice(np.arange(gap, n - gap), n_changes, replace=False).tolist())
@@ -502,15 +500,22 @@ def permuted_stream(data: dict, n: int, n_changes: int, seed: int
 
 def cmd_alarms(a: argparse.Namespace) -> str:
     """Detector-driven resets vs fixed-period resets vs none on label permutations."""
-    data = mnist1d()
+    if a.data == "digits":
+        px, py = digits()
+        in_dim = 64
+    else:
+        m1 = mnist1d()
+        px = np.concatenate([m1["x"], m1["x_test"]]).astype(np.float32)
+        py = np.concatenate([m1["y"], m1["y_test"]])
+        in_dim = 40
     n, k = a.records, a.changes
     period = n // (k + 1)
     t0 = time.time()
     res: dict[str, list[float]] = {}
     resets: dict[str, list[int]] = {}
     for seed in range(a.seed0, a.seed0 + a.seeds):
-        x, y, cps = permuted_stream(data, n, k, seed)
-        base = {"in_dim": 40, "n_classes": N_CLASSES, "seed": seed}
+        x, y, cps = permuted_stream(px, py, n, k, seed)
+        base = {"in_dim": in_dim, "n_classes": N_CLASSES, "seed": seed}
         ddm = {"reset_on": "alarm", "detector": "river:DDM"}
         arms = {
             "no resets (defaults)": (HareTortoise(**base), None),
@@ -540,10 +545,10 @@ def cmd_alarms(a: argparse.Namespace) -> str:
         dm, dh = ci95([p - q for p, q in zip(v, res[ref], strict=True)])
         diff = "—" if arm == ref else f"{dm:+.3f} ± {dh:.3f}"
         lines.append(f"| {arm} | {m:.3f} ± {h:.3f} | {diff} | {np.mean(resets[arm]):.1f} |")
-    return (f"mnist1d records drawn at random ({n} per run), labels permuted afresh at {k} "
-            f"change points drawn per seed; hare-tortoise with default parameters except the "
-            f"reset rule (DDM: `river:DDM` with its defaults on the 0/1 loss, "
-            f"`min_reset_gap=200`); prequential accuracy over the whole stream; seeds "
+    return (f"{a.data} records drawn at random with replacement ({n} per run), labels "
+            f"permuted afresh at {k} change points drawn per seed; hare-tortoise with default "
+            f"parameters except the reset rule (DDM: `river:DDM` with its defaults on the 0/1 "
+            f"loss, `min_reset_gap=200`); prequential accuracy over the whole stream; seeds "
             f"{a.seed0}..{a.seed0 + a.seeds - 1}; {time.time() - t0:.0f} s.\n\n"
             + "\n".join(lines))
 
@@ -585,6 +590,8 @@ def main(argv: list[str] | None = None) -> None:
                                         "short", "alarms", "microbatch"])
     p.add_argument("--seed0", type=int, default=0, help="first seed (short, alarms)")
     p.add_argument("--changes", type=int, default=3, help="label permutations (alarms)")
+    p.add_argument("--data", choices=["mnist1d", "digits"], default="mnist1d",
+                   help="data set (alarms)")
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--epochs1", type=int, default=100)

@@ -3,6 +3,7 @@ calibrated-threshold accuracy and kernel speed, written to benchmarks/results/ri
 
     python benchmarks/riemannian.py            # about 10 minutes on 2 cores
     python benchmarks/riemannian.py --quick    # a smoke run with few Monte Carlo runs
+    python benchmarks/riemannian.py --speed    # only the speed section (a few minutes)
 
 Synthetic streams (Wang, Borsoi & Richard 2024, their generators): SPD N = 8,
 Wishart(df = 11, M0 -> M1) with T = 2000, change at 1500; Grassmann Gr(20, 5) from the 5
@@ -23,9 +24,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 from scipy import signal, stats
 
-from shiftwatch.operators.manifolds import SPD
+from shiftwatch.operators.manifolds import (
+    SPD,
+    cholesky_inplace,
+    congruence_lower_inplace,
+    lower_inverse_inplace,
+    spd_affine_dist,
+    spd_affine_step,
+    spd_affine_step_inplace,
+    sym_eig_inplace,
+)
 from shiftwatch.operators.riemannian import KarcherDetector
 from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
 
@@ -275,7 +286,92 @@ def _best_per_sample(fn, n_samples: int, repeats: int = 3) -> float:
     return best
 
 
-def run_speed() -> list[dict]:
+def _best_interleaved(fns: dict, rounds: int) -> dict:
+    """Best per-sample time of each ``name: (callable, n_samples)``, the callables taking
+    turns round after round so that a burst of load from other jobs hits all of them."""
+    best = {name: float("inf") for name in fns}
+    for _ in range(rounds):
+        for name, (fn, n_samples) in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / n_samples)
+    return best
+
+
+@njit(cache=True)
+def karcher_before(xs, p0, p1, s0, s1, retraction, out):
+    """The SPD affine kernel as it was before issue 13: per sample two ``spd_affine_step``
+    and one ``spd_affine_dist`` (each a Cholesky, a triangular inverse and a LAPACK eigh or
+    eigvalsh through Numba, allocating their results)."""
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        p0[:, :] = spd_affine_step(x, p0, s0, retraction)
+        p1[:, :] = spd_affine_step(x, p1, s1, retraction)
+        out[t] = spd_affine_dist(p0, p1)
+
+
+@njit(cache=True)
+def eigen_inputs(xs, s0, s1, retraction):
+    """The three symmetric matrices the kernel decomposes per sample, recorded: the sample
+    whitened by each estimate's factor (eigenvalues and vectors needed) and C C^T of the
+    distance (eigenvalues only): the matrices ``karcher_scores_spd_affine`` decomposes (up to
+    rounding: C C^T is formed here by matrix products)."""
+    n, steps = xs.shape[1], xs.shape[0] - 1
+    rec = np.empty((steps, 3, n, n))
+    p0, p1 = xs[0].copy(), xs[0].copy()
+    low0, inv0 = np.empty((n, n)), np.empty((n, n))
+    low1, inv1 = np.empty((n, n)), np.empty((n, n))
+    v, tmp, c = np.empty((n, n)), np.empty((n, n)), np.empty((n, n))
+    d, e = np.empty(n), np.empty(n)
+    cholesky_inplace(p0, low0)
+    lower_inverse_inplace(low0, inv0)
+    cholesky_inplace(p1, low1)
+    lower_inverse_inplace(low1, inv1)
+    for t in range(steps):
+        x = xs[t + 1]
+        congruence_lower_inplace(inv0, x, tmp, rec[t, 0])
+        congruence_lower_inplace(inv1, x, tmp, rec[t, 1])
+        spd_affine_step_inplace(x, p0, low0, inv0, s0, retraction, v, d, e, tmp)
+        spd_affine_step_inplace(x, p1, low1, inv1, s1, retraction, v, d, e, tmp)
+        c[:, :] = inv0 @ low1
+        rec[t, 2] = c @ c.T
+    return rec
+
+
+@njit(cache=True)
+def floor_own(rec):
+    """The floor with the kernel's own solver: two eigen-decompositions with vectors and one
+    eigenvalues-only, on the recorded matrices, through the same in-place call."""
+    n = rec.shape[2]
+    v, d, e = np.empty((n, n)), np.empty(n), np.empty(n)
+    acc = 0.0
+    for t in range(rec.shape[0]):
+        v[:, :] = rec[t, 0]
+        sym_eig_inplace(v, d, e, True)
+        acc += d[0]
+        v[:, :] = rec[t, 1]
+        sym_eig_inplace(v, d, e, True)
+        acc += d[0]
+        v[:, :] = rec[t, 2]
+        sym_eig_inplace(v, d, e, False)
+        acc += d[0]
+    return acc
+
+
+@njit(cache=True)
+def floor_lapack(rec):
+    """The same three decompositions by LAPACK through Numba (``eigh`` x 2, ``eigvalsh``)."""
+    acc = 0.0
+    for t in range(rec.shape[0]):
+        w, _ = np.linalg.eigh(rec[t, 0])
+        acc += w[0]
+        w, _ = np.linalg.eigh(rec[t, 1])
+        acc += w[0]
+        acc += np.linalg.eigvalsh(rec[t, 2])[0]
+    return acc
+
+
+def run_speed(rounds: int = 7) -> list[dict]:
     from geomstats.geometry.grassmannian import Grassmannian
     from geomstats.geometry.spd_matrices import SPDAffineMetric, SPDMatrices
 
@@ -296,7 +392,7 @@ def run_speed() -> list[dict]:
             metric = space.metric
             gs_points = np.einsum("tij,tkj->tik", xs, xs)
             kind = "grassmann"
-        n_gs = 100
+        n_gs = 100 if n is not None else 20  # geomstats on Gr(20,5): ~0.2 s per sample
 
         def geomstats_update(pts=gs_points[:n_gs], metric=metric):
             p0 = p1 = pts[0]
@@ -321,15 +417,27 @@ def run_speed() -> list[dict]:
             for x in xs:
                 d.update(x)
 
-        t_gs = _best_per_sample(geomstats_update, n_gs - 1, repeats=2)
-        t_eigh = _best_per_sample(eigh_twice, len(gs_points))
-        t_exp = _best_per_sample(lambda d=det_exp, xs=xs: d.score_many(xs), len(xs))
-        t_retr = _best_per_sample(lambda d=det_retr, xs=xs: d.score_many(xs), len(xs))
-        t_upd = _best_per_sample(per_update, len(xs), repeats=2)
-        rows.append({"case": label, "geomstats": t_gs, "eigh2": t_eigh, "ours_exp": t_exp,
-                     "ours_retr": t_retr, "update_py": t_upd})
-        print(f"speed {label}: geomstats {t_gs * 1e6:.0f} us, ours {t_exp * 1e6:.1f} us",
-              flush=True)
+        fns = {"geomstats": (geomstats_update, n_gs - 1),
+               "eigh2": (eigh_twice, len(gs_points)),
+               "ours_exp": (lambda d=det_exp, xs=xs: d.score_many(xs), len(xs)),
+               "ours_retr": (lambda d=det_retr, xs=xs: d.score_many(xs), len(xs))}
+        if n is not None:
+            def before(xs=xs):
+                p0, p1 = xs[0].copy(), xs[0].copy()
+                karcher_before(xs[1:], p0, p1, 2 * STEP_SLOW, 2 * STEP_FAST, False,
+                               np.empty(len(xs) - 1))
+
+            rec = eigen_inputs(xs, 2 * STEP_SLOW, 2 * STEP_FAST, False)
+            fns["before_exp"] = (before, len(xs) - 1)
+            fns["floor_own"] = (lambda rec=rec: floor_own(rec), len(rec))
+            fns["floor_lapack"] = (lambda rec=rec: floor_lapack(rec), len(rec))
+        for fn, _ in fns.values():
+            fn()  # compile / warm up
+        row = {"case": label, **_best_interleaved(fns, rounds if n is not None else 3)}
+        row["update_py"] = _best_per_sample(per_update, len(xs), repeats=2)
+        rows.append(row)
+        print(f"speed {label}: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in row.items()
+                                             if k != "case"), flush=True)
     return rows
 
 
@@ -407,6 +515,71 @@ def machine() -> str:
             f"numba {numba.__version__}, geomstats {geomstats.__version__}")
 
 
+def speed_section(speed: list[dict], bulk: dict, command: str | None = None) -> list[str]:
+    """The '## Speed' section of the report (with its own command line when given)."""
+    lines = ["## Speed: per-sample cost of the full update", ""]
+    if command:
+        lines += [f"Command: `{command}`. Date: {datetime.date.today().isoformat()}. Machine: "
+                  f"{machine()}; load average at the start "
+                  f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}.", ""]
+    lines += [
+        "Two log maps, two updates, one distance per sample. geomstats: the same update "
+        "written with `metric.log`, `metric.exp`, `metric.dist` (affine-invariant SPD; "
+        "Grassmannian on projection matrices), exp-map update. Before: the SPD kernel as it "
+        "was before issue 13 (per sample two `spd_affine_step` and one `spd_affine_dist`, "
+        "LAPACK `eigh`/`eigvalsh` through Numba; `karcher_before` in the benchmark). Ours: "
+        "`score_many` (the Numba kernel over the whole array; SPD affine: allocation-free, "
+        "one Cholesky per estimate per sample, the in-place tridiagonal-QL eigensolver "
+        "`sym_eig_inplace`) and `update()` per sample from Python (validation included).",
+        "",
+        "Floor: the eigen-decompositions the SPD update must do per sample (the sample "
+        "whitened by each estimate: eigenvalues and vectors; C C^T for the distance: "
+        "eigenvalues only), recorded from a run and then timed alone in a Numba loop through "
+        "the same call the kernel makes (`sym_eig_inplace`, 'own'), and through LAPACK "
+        "(`np.linalg.eigh` x 2 + `eigvalsh` in Numba, the call path of 'before'). "
+        "eigh x 2 (Python): two `numpy.linalg.eigh` calls per sample on the sample in a "
+        "Python loop (20 x 20 for Gr(20,5)). Best of several interleaved passes (the "
+        "callables take turns so load from other jobs hits all), all in the same run; the "
+        "machine is shared, so read the ratios.", "",
+        "| case | geomstats (us) | before (us) | ours exp (us) | ours retraction (us) "
+        "| ours update() (us) | floor own (us) | floor LAPACK (us) | eigh x 2 Python (us) "
+        "| geomstats / ours exp | before / ours exp | ours exp / floor own "
+        "| ours exp / floor LAPACK |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |"]
+
+    def us(r: dict, k: str) -> str:
+        return f"{r[k] * 1e6:.1f}" if k in r else "-"
+
+    def ratio(r: dict, a: str, b: str, fmt: str) -> str:
+        return format(r[a] / r[b], fmt) if a in r and b in r else "-"
+
+    for r in speed:
+        lines.append(
+            f"| {r['case']} | {r['geomstats'] * 1e6:.0f} | {us(r, 'before_exp')} | "
+            f"{us(r, 'ours_exp')} | {us(r, 'ours_retr')} | {us(r, 'update_py')} | "
+            f"{us(r, 'floor_own')} | {us(r, 'floor_lapack')} | {us(r, 'eigh2')} | "
+            f"{ratio(r, 'geomstats', 'ours_exp', '.0f')}x | "
+            f"{ratio(r, 'before_exp', 'ours_exp', '.2f')} | "
+            f"{ratio(r, 'ours_exp', 'floor_own', '.2f')} | "
+            f"{ratio(r, 'ours_exp', 'floor_lapack', '.2f')} |")
+    lines += ["", f"`score_many` on {bulk['n']:,} SPD(8) samples in one call: "
+              f"{bulk['seconds_retraction']:.2f} s (retraction), {bulk['seconds_exp']:.2f} s "
+              f"(exp map); all statistics finite: {bulk['finite']}.", ""]
+    return lines
+
+
+def splice_speed_section(text: str, section: list[str]) -> str:
+    """``text`` (a previous report) with its '## Speed' section replaced by ``section``."""
+    head = "## Speed: per-sample cost of the full update"
+    if head not in text:
+        return text.rstrip() + "\n\n" + "\n".join(section)
+    start = text.index(head)
+    nxt = text.find("\n## ", start + len(head))
+    tail = "" if nxt < 0 else text[nxt + 1:]
+    return text[:start] + "\n".join(section) + ("\n" + tail if tail else "")
+
+
 def write_report(quality: dict, calib: dict, speed: list[dict], bulk: dict, figures: list[str],
                  command: str, seconds: float) -> Path:
     lines = ["# Riemannian change detection (issue 4): reproduction and speed", "",
@@ -456,26 +629,7 @@ def write_report(quality: dict, calib: dict, speed: list[dict], bulk: dict, figu
     for target, c in calib.items():
         lines.append(f"| {target} | {c['runs']} | {c['mean']:.0f} +- {c['se']:.0f} | "
                      f"{c['median']:.0f} | {c['censored']} (cap {c['cap']}) |")
-    lines += ["", "## Speed: per-sample cost of the full update", "",
-              "Two log maps, two updates, one distance per sample. geomstats: the same update "
-              "written with `metric.log`, `metric.exp`, `metric.dist` (affine-invariant SPD; "
-              "Grassmannian on projection matrices), exp-map update. eigh x 2: two "
-              "`numpy.linalg.eigh` calls per sample on the same matrix (n x n; 20 x 20 for "
-              "Gr(20,5)) in a Python loop. Ours: `score_many` (the Numba kernel over the whole "
-              "array) and `update()` per sample from Python (validation included). Best of "
-              "2-3 passes, all measured in the same run.", "",
-              "| case | geomstats (us) | eigh x 2 (us) | ours exp (us) | ours retraction (us) "
-              "| ours update() (us) | geomstats / ours exp | ours exp / eigh x 2 |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in speed:
-        lines.append(
-            f"| {r['case']} | {r['geomstats'] * 1e6:.0f} | {r['eigh2'] * 1e6:.1f} | "
-            f"{r['ours_exp'] * 1e6:.1f} | {r['ours_retr'] * 1e6:.1f} | "
-            f"{r['update_py'] * 1e6:.1f} | {r['geomstats'] / r['ours_exp']:.0f}x | "
-            f"{r['ours_exp'] / r['eigh2']:.2f} |")
-    lines += ["", f"`score_many` on {bulk['n']:,} SPD(8) samples in one call: "
-              f"{bulk['seconds_retraction']:.2f} s (retraction), {bulk['seconds_exp']:.2f} s "
-              f"(exp map); all statistics finite: {bulk['finite']}.", ""]
+    lines += speed_section(speed, bulk)
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / "riemannian.md"
     path.write_text("\n".join(lines))
@@ -485,8 +639,19 @@ def write_report(quality: dict, calib: dict, speed: list[dict], bulk: dict, figu
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="few runs (smoke test)")
+    ap.add_argument("--speed", action="store_true",
+                    help="only the speed section (replaced in the existing report)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.speed:
+        command = "python benchmarks/riemannian.py --speed"
+        section = speed_section(run_speed(rounds=11), run_bulk(100_000), command)
+        path = OUT / "riemannian.md"
+        old = path.read_text() if path.exists() else ""
+        OUT.mkdir(parents=True, exist_ok=True)
+        path.write_text(splice_speed_section(old, section))
+        print(f"wrote the speed section of {path} ({time.perf_counter() - t0:.0f} s)")
+        return 0
     if args.quick:
         runs = {"runs_spd": 10, "runs_gr": 10, "runs_authors": 20}
         calib_runs = 5

@@ -158,39 +158,121 @@ def _print_table(results: dict, datasets: list[str], rows: list[str], stream) ->
     print("", file=stream)
 
 
+#: What each channel of River's TCPD series is, and its unit, for the plots. Occupancy is
+#: River's V1..V4 (its docstring: temperature, humidity, light, CO2; the values match the UCI
+#: Occupancy data's Temperature in Celsius, relative Humidity in %, Light in lux and CO2 in
+#: ppm); RunLog's Pace is in minutes per mile and Distance in metres (Pace matches the
+#: Distance change over time per mile to 1%).
+CHANNELS: dict[str, list[tuple[str, str]]] = {
+    "Occupancy": [("temperature", "°C"), ("relative humidity", "%"), ("light", "lux"),
+                  ("CO2", "ppm")],
+    "RunLog": [("pace", "min/mile"), ("distance", "m")],
+    "AirlinePassengers": [("passengers at JFK", "per month")],
+    "Bitcoin": [("market price", "USD")],
+    "UKCoalEmploy": [("UK coal mine employment", "workers")],
+}
+
+
+def channel_names(dataset: str, width: int) -> list[tuple[str, str]]:
+    """``(name, unit)`` of each channel of ``dataset`` (``value[i]`` when unknown)."""
+    known = CHANNELS.get(dataset, [])
+    return known if len(known) == width else [(f"value[{i}]", "") for i in range(width)]
+
+
+def _span_text(records: list[dict]) -> str:
+    from shiftwatch.sinks.time_axis import is_epoch_seconds, iso_utc
+
+    ts = [r.get("ts") for r in records]
+    if not ts or not is_epoch_seconds(ts):
+        return f"{len(records)} samples"
+    first, last = iso_utc(min(ts)), iso_utc(max(ts))
+    cut = 16 if max(ts) - min(ts) < 30 * 86400 else 10  # minutes for days, dates for years
+    return f"{len(records)} samples, {first[:cut].replace('T', ' ')} to " \
+           f"{last[:cut].replace('T', ' ')} UTC"
+
+
+def plot_channels(axes, records: list[dict], dataset: str, truth: list[int]) -> None:
+    """One panel per channel of ``records``' values, in its own unit, with the annotated
+    change points dashed."""
+    import numpy as np
+
+    values = np.array([r["value"] for r in records], dtype=float).reshape(len(records), -1)
+    for j, (ax, (name, unit)) in enumerate(zip(axes, channel_names(dataset, values.shape[1]),
+                                               strict=True)):
+        ax.plot(values[:, j], lw=0.8, color="0.25")
+        for i in truth:
+            ax.axvline(i, color="0.55", ls="--", lw=0.8)
+        ax.set_ylabel(f"{name}\n({unit})" if unit else name, fontsize=8)
+        if np.nanmax(np.abs(values[:, j])) >= 1e5:  # 1.2M, not an offset text over the title
+            from matplotlib.ticker import EngFormatter
+
+            ax.yaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.tick_params(labelsize=7, labelbottom=False)
+        ax.set_xlim(0, max(len(records) - 1, 1))
+
+
+def plot_lanes(ax, names: list[str], alarms: dict, located: dict, truth: list[int],
+               n: int) -> None:
+    """One lane per detector: its alarms (``v``) and the changes they located (``|``)."""
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+              "tab:pink"]
+    for i in truth:
+        ax.axvline(i, color="0.55", ls="--", lw=0.8)
+    for j, name in enumerate(names):
+        y = len(names) - 1 - j  # first detector on top
+        color = colors[j % len(colors)]
+        ax.scatter(alarms.get(name, []), [y] * len(alarms.get(name, [])), marker="v", s=26,
+                   color=color, zorder=3)
+        ax.scatter(located.get(name, []), [y] * len(located.get(name, [])), marker="|", s=90,
+                   color=color, linewidths=1.6, zorder=3)
+    ax.set_yticks(range(len(names)), list(reversed(names)), fontsize=7)
+    ax.set_ylim(-0.7, len(names) - 0.3)
+    ax.set_xlim(0, max(n - 1, 1))
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel("position in series (records since the start)", fontsize=8)
+
+
+def marker_legend(fig) -> None:
+    """The figure's one legend, below the panels: what the marks mean."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="0.55", ls="--", lw=0.8, label="annotated change point"),
+               Line2D([], [], color="0.3", marker="v", ls="", label="alarm (where raised)"),
+               Line2D([], [], color="0.3", marker="|", ls="", markersize=10, mew=1.6,
+                      label="located change (the alarm's change_at)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+
+
 def _plot(series: dict, results: dict, detectors: list[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    fig, axes = plt.subplots(len(series), 1, figsize=(11, 2.4 * len(series)), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, (ds, (records, truth_sets)) in zip(axes[:, 0], series.items(), strict=True):
-        values = np.array([r["value"] for r in records], dtype=float)
-        values = values.reshape(len(values), -1)
-        scale = values.std(axis=0)
-        z = (values - values.mean(axis=0)) / np.where(scale > 0, scale, 1.0)
-        ax.plot(z, lw=0.8, color="0.35")
+    heights: list[float] = []
+    blocks = []
+    for ds, (records, _) in series.items():
+        width = len(records[0]["value"]) if records and isinstance(records[0]["value"],
+                                                                   list) else 1
+        heights += [1.35 if width == 1 else 0.9] * width + [0.22 * len(detectors) + 0.55]
+        blocks.append((ds, width))
+    fig = plt.figure(figsize=(11, sum(heights) + 0.35 * len(series) + 0.5), layout="constrained")
+    axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights})
+    row = 0
+    for ds, width in blocks:
+        records, truth_sets = series[ds]
         truth = sorted({i for idx in truth_sets.values() for i in idx})
-        for i in truth:
-            ax.axvline(i, color="0.6", ls="--", lw=0.8)
-        top = float(np.nanmax(z)) if z.size else 1.0
-        for j, det in enumerate(detectors):
-            alarms = results[ds]["runs"][det]["alarms"]
-            first = ds == next(iter(series))
-            ax.scatter(alarms, [top + 0.4 * (j + 1)] * len(alarms), marker="v", s=22,
-                       color=colors[j % len(colors)], label=f"{det} alarm" if first else None)
-            located = results[ds]["runs"][det].get("located", [])
-            ax.scatter(located, [top + 0.4 * (j + 1)] * len(located), marker="|", s=60,
-                       color=colors[j % len(colors)],
-                       label=f"{det} located change" if first else None)
-        ax.set_title(f"{ds}: standardised series, annotated change points (dashed), alarms (v) "
-                     "and the changes they located (|)", fontsize=9)
-        ax.set_xlabel("position in series", fontsize=8)
-        ax.set_xlim(0, len(records))
-    fig.legend(loc="lower center", ncol=min(4, 2 * len(detectors)), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=110)
+        block = axes[row:row + width + 1]
+        for ax in block[1:]:
+            ax.sharex(block[0])
+        plot_channels(block[:width], records, ds, truth)
+        runs = results[ds]["runs"]
+        plot_lanes(block[width], detectors, {d: runs[d]["alarms"] for d in detectors},
+                   {d: runs[d].get("located", []) for d in detectors}, truth, len(records))
+        block[0].set_title(f"{ds} ({_span_text(records)})", fontsize=9, loc="left")
+        row += width + 1
+    fig.suptitle("River's annotated TCPD series in their units; where each detector (run on "
+                 "the standardised series) raised alarms and located the change", fontsize=10)
+    marker_legend(fig)
+    fig.savefig(path, dpi=100)
     plt.close(fig)

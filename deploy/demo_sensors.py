@@ -90,9 +90,13 @@ def run_sensor_demo(out_dir: Path = Path("shiftwatch-sensor-demo"), stream=None,
         agg = evaluation.report["summary"]
         run = _slim(agg)
         alarms: list[int] = []
+        located: list[int] = []
         for per_key in (evaluation.report.get("keys") or {}).values():
             alarms += list(per_key.get("alarms", []))
-        run.update({"alarms": sorted(alarms), "seconds": round(seconds, 3),
+            block = (per_key.get("detector") or {}).get("location") or {}
+            located += [int(p) for p in block.get("located", [])]
+        run.update({"alarms": sorted(alarms), "located": sorted(located),
+                    "seconds": round(seconds, 3),
                     "dead_letters": summary.dead_letters, "params": spec["params"]})
         runs[name] = run
         if spec["operator"] == "karcher":
@@ -140,37 +144,41 @@ def _plot(records, annotations, runs, statistics, path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    values = np.array([r["value"] for r in records], dtype=float)
-    z = (values - values.mean(0)) / np.where(values.std(0) > 0, values.std(0), 1.0)
+    from shiftwatch.deploy.demo import _span_text, marker_legend, plot_channels, plot_lanes
+
     truth = sorted({i for idx in annotations.values() for i in idx})
-    fig, axes = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
-    ax = axes[0]
-    ax.plot(z, lw=0.8)
-    for i in truth:
-        ax.axvline(i, color="0.6", ls="--", lw=0.8)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    top = float(z.max())
     names = [k for k in runs if k != "zero (no alarm)"]
-    for j, name in enumerate(names):
-        a = runs[name]["alarms"]
-        ax.scatter(a, [top + 0.5 * (j + 1)] * len(a), marker="v", s=22,
-                   color=colors[(j + 4) % len(colors)], label=name)
-    ax.set_title(f"{DATASET}: standardised channels, annotated change points (dashed), alarms",
-                 fontsize=9)
-    ax.legend(fontsize=7, loc="lower left", ncol=3)
-    ax = axes[1]
-    for name, rows in statistics.items():
+    width = len(records[0]["value"])
+    heights = [0.95] * width + [0.24 * len(names) + 0.55, 1.9]
+    fig = plt.figure(figsize=(11, sum(heights) + 1.0), layout="constrained")
+    axes = fig.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights})
+    plot_channels(axes[:width], records, DATASET, truth)
+    axes[0].set_title(f"{DATASET} ({_span_text(records)}): the office's sensors in their "
+                      "units", fontsize=9, loc="left")
+    plot_lanes(axes[width], names, {k: runs[k]["alarms"] for k in names},
+               {k: runs[k].get("located", []) for k in names}, truth, len(records))
+    axes[width].set_xlabel("")
+    axes[width].set_title("alarms of each detector (karcher on the window covariances, River's "
+                          "on the standardised channels)", fontsize=9, loc="left")
+    ax = axes[-1]
+    for j, (name, rows) in enumerate(statistics.items()):
         pos = [r[0] for r in rows]
-        ax.plot(pos, [r[1] for r in rows], lw=0.9, label=f"{name}: g_t")
-        ax.plot(pos, [np.nan if r[2] is None else r[2] for r in rows], lw=0.7, ls=":",
-                label=f"{name}: threshold")
+        color = ("tab:blue", "tab:orange")[j % 2]
+        metric = "log-Euclidean" if "log-Euclidean" in name else "affine-invariant"
+        ax.plot(pos, [r[1] for r in rows], lw=0.9, color=color, label=f"{metric} d(P0, P1)")
+        ax.plot(pos, [np.nan if r[2] is None else r[2] for r in rows], lw=0.8, ls=":",
+                color=color, label=f"{metric} threshold")
     for i in truth:
-        ax.axvline(i, color="0.6", ls="--", lw=0.8)
-    ax.set_xlim(0, len(records))
-    ax.set_title("karcher statistic d(P0, P1) on the window covariances", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        ax.axvline(i, color="0.55", ls="--", lw=0.8)
+    ax.set_xlim(0, len(records) - 1)
+    ax.set_ylabel("geodesic distance\n(no unit)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.set_xlabel("position in series (records since the start)", fontsize=8)
+    ax.set_title("karcher statistic: distance between the slow and fast Karcher means of the "
+                 f"{WINDOW}-record covariances", fontsize=9, loc="left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the data
+    marker_legend(fig)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 

@@ -124,6 +124,10 @@ def spd_whiten(x, p):
 #: a run split over several kernel calls still gives the same bits as one call.
 _FMA = {"contract"}
 
+#: Largest n for which the SPD kernels use :func:`sym_eig_inplace`; above it LAPACK (whose
+#: blocked algorithms win from n ~ 32 on) through ``numpy.linalg.eigh``.
+SMALL_EIG_MAX = 24
+
 
 @njit(cache=True, fastmath=_FMA)
 def sym_eig_inplace(v, d, e, vectors):
@@ -386,7 +390,12 @@ def spd_affine_step_inplace(x, p, low, inv, s, retraction, v, d, e, tmp):
     """
     n = x.shape[0]
     congruence_lower_inplace(inv, x, tmp, v)
-    sym_eig_inplace(v, d, e, True)
+    if n <= SMALL_EIG_MAX:
+        sym_eig_inplace(v, d, e, True)
+    else:
+        w, q = np.linalg.eigh(v)
+        d[:] = w
+        v[:, :] = q
     for k in range(n):
         t = s * math.log(d[k])
         d[k] = 1.0 + t + 0.5 * t * t if retraction else math.exp(t)
@@ -430,7 +439,10 @@ def spd_affine_dist_factored(inv_a, low_b, c, m, d, e):
                 acc += c[i, k] * c[j, k]
             m[i, j] = acc
             m[j, i] = acc
-    sym_eig_inplace(m, d, e, False)
+    if n <= SMALL_EIG_MAX:
+        sym_eig_inplace(m, d, e, False)
+    else:
+        d[:] = np.linalg.eigvalsh(m)
     acc = 0.0
     for k in range(n):
         lg = math.log(d[k])

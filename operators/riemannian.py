@@ -59,8 +59,9 @@ def karcher_scores_spd_affine(xs, p0, p1, s0, s1, retraction, out):
     step) and the eigenvalues of one more matrix for g, per sample.
 
     Allocation-free: each estimate's Cholesky factor (and its inverse) is computed once per
-    sample, right after its step, and serves both the distance and the next step; the small
-    eigenproblems go to :func:`~shiftwatch.operators.manifolds.sym_eig_inplace`. The factors
+    sample, right after its step, and serves both the distance and the next step; the
+    eigenproblems go to :func:`~shiftwatch.operators.manifolds.sym_eig_inplace` (n <= 24,
+    LAPACK above). The factors
     are a function of ``p0``/``p1`` alone, so a run split over several calls gives the same
     bits as one call.
     """

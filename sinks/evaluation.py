@@ -210,6 +210,7 @@ class _KeyTrace:
 
     def __init__(self) -> None:
         self.input_offsets: list[Any] = []
+        self.input_ts: list[Any] = []  # for a time axis (see shiftwatch.sinks.time_axis)
         self.values: list[tuple[float, ...]] = []
         self.value_kind: tuple[str, int] | None = None  # ("scalar"|"coords"|"norm"|"trace", d)
         self.outputs: list[dict] = []
@@ -217,6 +218,8 @@ class _KeyTrace:
 
     def add_input(self, record: Mapping) -> None:
         self.input_offsets.append(record.get("offset"))
+        ts = record.get("ts")
+        self.input_ts.append(ts if isinstance(ts, (int, float, np.number)) else None)
         self.values.append(self._plot_value(record.get("value")))
 
     def _plot_value(self, value: Any) -> tuple[float, ...]:
@@ -758,23 +761,75 @@ def _figure(rows: int, title: str) -> Any:
     return fig, axes
 
 
-def _truth_lines(ax: Any, ann: Any) -> None:
+class _XAxis:
+    """Positions in a key's series, drawn as time when its inputs' ``ts`` are dates.
+
+    With epoch-second ``ts`` in order (:func:`shiftwatch.sinks.time_axis.time_axis_ts`) a
+    position ``p`` is drawn at the time of the key's ``p``-th input, with a date axis in UTC;
+    otherwise at ``p``, labelled as a position.
+    """
+
+    def __init__(self, trace: _KeyTrace):
+        from shiftwatch.sinks.time_axis import time_axis_ts
+
+        ts = time_axis_ts(trace.input_ts) if trace.input_ts else None
+        self._days = None
+        if ts is not None:
+            from matplotlib import dates as mdates
+
+            micros = np.round(np.asarray(ts) * 1e6).astype("int64").astype("datetime64[us]")
+            self._days = np.asarray(mdates.date2num(micros), dtype=float)
+        self.label = "time (UTC)" if self._days is not None else "position in series"
+
+    @property
+    def is_time(self) -> bool:
+        return self._days is not None
+
+    def __call__(self, positions: Any) -> np.ndarray:
+        pos = np.asarray(positions, dtype=float)
+        if self._days is None:
+            return pos
+        out = np.full(pos.shape, np.nan)
+        ok = np.isfinite(pos)
+        idx = np.clip(np.round(pos[ok]).astype(int), 0, len(self._days) - 1)
+        out[ok] = self._days[idx]
+        return out
+
+    def style(self, ax: Any, n: int) -> None:
+        """Label the axis and set its range over the ``n`` positions of the series."""
+        if self._days is not None:
+            from matplotlib import dates as mdates
+
+            locator = mdates.AutoDateLocator(tz="UTC")
+            ax.xaxis.set_major_locator(locator)
+            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz="UTC"))
+            lo, hi = self([0, max(n - 1, 0)])
+            if hi > lo:
+                ax.set_xlim(lo, hi)
+        else:
+            ax.set_xlim(0, max(n - 1, 1))
+
+
+def _truth_lines(ax: Any, ann: Any, x: Any = None) -> None:
     if ann is None:
         return
     sets = ann.values() if isinstance(ann, Mapping) else [ann]
-    for i, c in enumerate(sorted({int(c) for s in sets for c in s if int(c) > 0})):
+    points = sorted({int(c) for s in sets for c in s if int(c) > 0})
+    for i, c in enumerate(x(points) if x is not None else points):
         ax.axvline(
             c, color="0.35", linestyle="--", linewidth=1, label="true change" if i == 0 else None
         )
 
 
-def _alarm_lines(ax: Any, alarms: Sequence[int]) -> None:
-    for i, a in enumerate(alarms[:500]):
+def _alarm_lines(ax: Any, alarms: Sequence[int], x: Any = None) -> None:
+    alarms = list(alarms[:500])
+    for i, a in enumerate(x(alarms) if x is not None and alarms else alarms):
         ax.axvline(a, color="tab:red", alpha=0.6, linewidth=1, label="alarm" if i == 0 else None)
 
 
-def _located_marks(ax: Any, located: Sequence[int]) -> None:
-    for i, c in enumerate(located[:500]):
+def _located_marks(ax: Any, located: Sequence[int], x: Any = None) -> None:
+    located = list(located[:500])
+    for i, c in enumerate(x(located) if x is not None and located else located):
         ax.axvline(c, color="tab:green", linestyle=":", linewidth=1.4,
                    label="located change" if i == 0 else None)
 
@@ -799,18 +854,19 @@ def _plot_series(data: list, max_panels: int, name: str) -> Any:
         trace = d["trace"]
         width = max(len(v) for v in trace.values)
         values = np.array([v + (math.nan,) * (width - len(v)) for v in trace.values])
-        x = np.arange(len(values))
+        to_x = _XAxis(trace)
+        x = to_x(np.arange(len(values)))
         labels = trace.value_labels()
         for j in range(values.shape[1]):
             ax.plot(x, values[:, j], linewidth=0.8, label=labels[j] if j < len(labels) else None)
-        _truth_lines(ax, d["annotations"])
-        _alarm_lines(ax, d.get("alarms", []))
-        _located_marks(ax, d.get("located", []))
+        _truth_lines(ax, d["annotations"], to_x)
+        _alarm_lines(ax, d.get("alarms", []), to_x)
+        _located_marks(ax, d.get("located", []), to_x)
         ax.set_title(_key_title(key), fontsize=9, loc="left")
-        ax.set_xlim(0, max(len(values) - 1, 1))
+        to_x.style(ax, len(values))
+        ax.set_xlabel(to_x.label)
         ax.set_ylabel("value")
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)  # beside the data
-    axes[-1].set_xlabel("position in series")
     return fig
 
 
@@ -840,7 +896,8 @@ def _plot_statistic(data: list, max_panels: int, name: str) -> Any:
     for ax, (key, d, fields) in zip(axes, shown, strict=True):
         pos = np.array([np.nan if p is None else p for p in d["positions"]], dtype=float)
         order = np.argsort(pos, kind="stable")
-        pos = pos[order]
+        to_x = _XAxis(d["trace"])
+        pos = to_x(pos[order])
         f = {k: v[order] for k, v in fields.items()}
         if np.isfinite(f["lower"]).any() or np.isfinite(f["upper"]).any():
             ax.fill_between(
@@ -857,13 +914,15 @@ def _plot_statistic(data: list, max_panels: int, name: str) -> Any:
                 color="tab:orange",
                 label="threshold",
             )
-        _truth_lines(ax, d["annotations"])
-        _alarm_lines(ax, d.get("alarms", []))
-        _located_marks(ax, d.get("located", []))
+        _truth_lines(ax, d["annotations"], to_x)
+        _alarm_lines(ax, d.get("alarms", []), to_x)
+        _located_marks(ax, d.get("located", []), to_x)
         ax.set_title(_key_title(key), fontsize=9, loc="left")
+        if to_x.is_time:
+            to_x.style(ax, d["n"])
+        ax.set_xlabel(to_x.label)
         ax.set_ylabel("statistic")
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)  # beside the data
-    axes[-1].set_xlabel("position in series")
     return fig
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-import numpy as np  # noqa: F401  (the examples use it)
+import numpy as np
 
 from shiftwatch.operators.codec import dumps_record, jsonable
 from shiftwatch.operators.records import DeadLetter
@@ -27,6 +28,7 @@ __all__ = [
     "ConsoleAlarmSink",
     "MemorySink",
     "DeadLetterSink",
+    "alarm_statistic",
 ]
 
 
@@ -207,6 +209,18 @@ def _cell(value: Any) -> str:
 class ConsoleAlarmSink(Sink):
     """Collect the alarms (records whose ``alarm`` is truthy) and print a table at close.
 
+    Columns: ``key``, ``offset`` (the runner's position of the input that raised it), ``ts``
+    (ISO-8601 UTC when every listed ``ts`` is epoch seconds of a plausible date, see
+    :func:`~shiftwatch.sinks.time_axis.is_epoch_seconds`; as recorded otherwise),
+    ``change_at`` (where the detector located the change, in the key's positions) and
+    ``statistic``, which says what crossed:
+
+    * the record's ``statistic`` (the maximum over coordinates for a vector detector), with
+      its ``threshold`` when the record has one;
+    * for confidence-sequence detectors (``lower``/``upper``, e.g. ``cs``): ``gap`` =
+      ``lower - upper``, how far the confidence bounds crossed (the interval became empty);
+      ``width`` = ``upper - lower`` for a record whose interval is not empty.
+
     Parameters
     ----------
     stream
@@ -219,21 +233,36 @@ class ConsoleAlarmSink(Sink):
     --------
     >>> sink = ConsoleAlarmSink()
     >>> sink.write([{"key": "s1", "offset": 4, "ts": 4.0, "alarm": False, "statistic": 0.1},
-    ...             {"key": "s1", "offset": 120, "ts": 120.0, "alarm": True, "statistic": 3.25},
-    ...             {"key": "sensor-2", "offset": 7, "ts": None, "alarm": True}])
+    ...             {"key": "s1", "offset": 120, "ts": 120.0, "alarm": True, "statistic": 3.25,
+    ...              "change_at": 117},
+    ...             {"key": "s2", "offset": 9, "ts": 9.0, "alarm": True, "lower": 0.61,
+    ...              "upper": 0.52, "change_at": 5},
+    ...             {"key": "sensor-3", "offset": 7, "ts": None, "alarm": True}])
     >>> sink.close()
-    key       offset  ts     statistic
-    sensor-2       7  -      -
-    s1           120  120.0  3.25
-    2 alarms
+    key       offset  ts     change_at  statistic
+    sensor-3       7  -              -  -
+    s2             9  9.0            5  gap 0.09
+    s1           120  120.0        117  3.25
+    3 alarms
+    >>> sink = ConsoleAlarmSink()
+    >>> sink.write([{"key": "s1", "offset": 601, "ts": 1767226201.0, "alarm": True,
+    ...              "statistic": [0.2, 0.75], "threshold": 0.5, "change_at": 598}])
+    >>> print(sink.table())
+    key  offset  ts                    change_at  statistic
+    s1      601  2026-01-01T00:10:01Z        598  0.75 (max of 2) > threshold 0.5
+    1 alarm
     """
+
+    _HEADER = ("key", "offset", "ts", "change_at", "statistic")
 
     def __init__(self, stream: IO[str] | None = None, max_rows: int = 50):
         if not isinstance(max_rows, int) or max_rows < 0:
             raise ValueError(f"max_rows must be an integer >= 0, got {max_rows!r}")
         self.stream = stream
         self.max_rows = max_rows
-        self._pending: list[tuple[tuple, tuple[str, str, str, str]]] = []
+        # (order, (key, offset, ts as recorded, change_at, statistic)); ts is formatted at
+        # print time, when all listed rows say whether they are dates.
+        self._pending: list[tuple[tuple, tuple[str, str, Any, str, str]]] = []
         self._count = 0
         self._printed = False
 
@@ -251,8 +280,9 @@ class ConsoleAlarmSink(Sink):
                     (
                         _text(record.get("key")),
                         _text(offset),
-                        _text(record.get("ts"), True),
-                        _text(record.get("statistic")),
+                        jsonable(record.get("ts")),
+                        _text(record.get("change_at")),
+                        alarm_statistic(record),
                     ),
                 )
             )
@@ -265,9 +295,17 @@ class ConsoleAlarmSink(Sink):
         del self._pending[self.max_rows:]
 
     @property
-    def _rows(self) -> list[tuple[str, str, str, str]]:
+    def _rows(self) -> list[tuple[str, ...]]:
+        from shiftwatch.sinks.time_axis import is_epoch_seconds, iso_utc
+
         self._trim()
-        return [row for _, row in self._pending]
+        stamps = [row[2] for _, row in self._pending if row[2] is not None]
+        dates = bool(stamps) and is_epoch_seconds(stamps)
+        out = []
+        for _, (key, offset, ts, change_at, stat) in self._pending:
+            shown = "-" if ts is None else iso_utc(ts) if dates else _text(ts, True)
+            out.append((key, offset, shown, change_at, stat))
+        return out
 
     def close(self) -> None:
         """Print the table and the count (once)."""
@@ -283,9 +321,9 @@ class ConsoleAlarmSink(Sink):
         lines = []
         rows = self._rows
         if rows:
-            header = ("key", "offset", "ts", "statistic")
-            widths = [max(len(header[c]), *(len(r[c]) for r in rows)) for c in range(4)]
-            right = (False, True, False, False)  # offsets line up as numbers
+            header = self._HEADER
+            widths = [max(len(header[c]), *(len(r[c]) for r in rows)) for c in range(5)]
+            right = (False, True, False, True, False)  # positions line up as numbers
 
             def fmt(row: Sequence[str]) -> str:
                 cells = [
@@ -310,9 +348,66 @@ def _text(value: Any, exact: bool = False) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        # Timestamps are shown exactly; statistics to six significant digits.
+        # Raw ts values are shown exactly; statistics to six significant digits.
         return repr(value) if exact else f"{value:.6g}"
     return str(value) if not isinstance(value, (list, dict)) else json.dumps(value)
+
+
+def _finite(values: Any) -> list[float]:
+    """The finite numbers in a number or a (nested) list of numbers."""
+    flat = np.ravel(np.asarray(jsonable(values), dtype=object)) if values is not None else []
+    out = []
+    for v in flat:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append(float(v))
+    return out
+
+
+def _pairs(lower: Any, upper: Any) -> list[tuple[float, float]]:
+    """Finite (lower, upper) pairs, per coordinate for vectors."""
+    lo, up = jsonable(lower), jsonable(upper)
+    if not isinstance(lo, list):
+        lo, up = [lo], [up]
+    if not isinstance(up, list) or len(lo) != len(up):
+        return []
+    return [(float(a), float(b)) for a, b in zip(lo, up, strict=True)
+            if _finite(a) and _finite(b) and not isinstance(a, list)
+            and not isinstance(b, list)]
+
+
+def alarm_statistic(record: Mapping) -> str:
+    """What crossed at this alarm, as the console table shows it (see ConsoleAlarmSink).
+
+    >>> alarm_statistic({"statistic": 51.41})
+    '51.41'
+    >>> alarm_statistic({"lower": 0.3669, "upper": 0.2804})       # cs at an alarm
+    'gap 0.0865'
+    >>> alarm_statistic({"lower": [0.1, 2.0], "upper": [0.5, 1.5]})   # a vector cs
+    'gap 0.5 (max of 2)'
+    >>> alarm_statistic({"lower": -0.2, "upper": 0.3}), alarm_statistic({"lower": None})
+    ('width 0.5', '-')
+    """
+    threshold = _finite(record.get("threshold"))
+    stat = record.get("statistic")
+    values = _finite(stat)
+    if values:
+        text = f"{max(values):.6g}"
+        if isinstance(jsonable(stat), list) and len(values) > 1:
+            text += f" (max of {len(values)})"
+        if len(threshold) == 1:
+            text += f" > threshold {threshold[0]:.6g}"
+        return text
+    pairs = _pairs(record.get("lower"), record.get("upper"))
+    if not pairs:
+        return "-"
+    gaps = [lo - up for lo, up in pairs]
+    crossed = max(gaps) >= 0
+    # At an alarm the intersection is empty (lower >= upper): how far the bounds crossed;
+    # otherwise the narrowest interval, how close it came.
+    value = max(gaps) if crossed else min(up - lo for lo, up in pairs)
+    text = f"{'gap' if crossed else 'width'} {value:.6g}"
+    return text + (f" (max of {len(pairs)})" if crossed and len(pairs) > 1 else
+                   f" (min of {len(pairs)})" if len(pairs) > 1 else "")
 
 
 class MemorySink(Sink):

@@ -57,6 +57,18 @@ def _number(v: Any) -> Any:
     return v
 
 
+def _time_axis(trace: Any, points: int = 2000) -> dict | None:
+    """Position -> epoch seconds at up to ``points`` positions (the page interpolates between
+    them), when the key's ``ts`` are dates in order; None keeps the axis in positions."""
+    from shiftwatch.sinks.time_axis import time_axis_ts
+
+    ts = time_axis_ts(getattr(trace, "input_ts", None) or [])
+    if ts is None:
+        return None
+    idx = np.unique(np.linspace(0, len(ts) - 1, min(points, len(ts))).round().astype(int))
+    return {"x": [int(i) for i in idx], "t": [ts[i] for i in idx]}
+
+
 def _key_payload(key_text: str, d: Mapping, entry: Mapping, max_points: int) -> dict:
     trace = d["trace"]
     out: dict[str, Any] = {"key": key_text, "n": int(d["n"])}
@@ -66,6 +78,9 @@ def _key_payload(key_text: str, d: Mapping, entry: Mapping, max_points: int) -> 
         x = np.arange(len(values), dtype=float)
         xs, ys = _reduce(x, [values[:, j] for j in range(values.shape[1])], max_points)
         out["series"] = {"x": xs, "y": ys, "labels": trace.value_labels()[:width]}
+        time = _time_axis(trace)
+        if time is not None:
+            out["time"] = time
     fields = {}
     for f in ("statistic", "threshold", "lower", "upper"):
         arr = np.full(len(trace.outputs), np.nan)
@@ -144,9 +159,9 @@ height:3px;vertical-align:middle;margin-right:4px}.tools button{margin-right:4px
 </style></head><body>
 <h1 id="title"></h1><div id="run"></div><div id="keys"></div>
 <h2>Parameters</h2><div id="params"></div>
-<p class="note">Mouse wheel or +/- zoom, drag pans, double-click resets. x: position in the
-key's series (0-based). Marks: alarm (red), located change (green dotted), true change
-(grey dashed).</p>
+<p class="note">Mouse wheel or +/- zoom, drag pans, double-click resets. x: time (UTC) when the
+records' ts are dates, else the position in the key's series (0-based). Marks: alarm (red),
+located change (green dotted), true change (grey dashed).</p>
 <script id="data" type="application/json">__DATA__</script>
 <script>
 "use strict";
@@ -180,6 +195,43 @@ function ticks(lo, hi, n) {
   for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9 * span; t += step) out.push(t);
   return out;
 }
+// Time axis: the page gets (position, epoch seconds) pairs and interpolates between them.
+function interp(xs, ys, v) {
+  if (v <= xs[0]) return ys[0];
+  if (v >= xs[xs.length - 1]) return ys[ys.length - 1];
+  let lo = 0, hi = xs.length - 1;
+  while (hi - lo > 1) { const m = (lo + hi) >> 1; if (xs[m] <= v) lo = m; else hi = m; }
+  return ys[lo] + (ys[hi] - ys[lo]) * (v - xs[lo]) / (xs[hi] - xs[lo] || 1);
+}
+const DAY = 86400, STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+  10800, 21600, 43200, DAY, 2 * DAY, 7 * DAY, 14 * DAY];
+function timeTicks(t0, t1, n) {
+  const span = t1 - t0, out = [];
+  const step = STEPS.find(s => span / s <= n);
+  if (step) {
+    for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) out.push([t, step]);
+    return out;
+  }
+  const months = [1, 2, 3, 6, 12, 24, 60, 120, 240, 600].find(m => span / (m * 30.44 * DAY) <= n)
+    || 1200;
+  const d = new Date(t0 * 1000);
+  let m = Math.ceil((d.getUTCFullYear() * 12 + d.getUTCMonth() + (d.getUTCDate() > 1 ||
+    d.getUTCHours() > 0 ? 1 : 0)) / months) * months;
+  for (;; m += months) {
+    const t = Date.UTC(Math.floor(m / 12), m % 12, 1) / 1000;
+    if (t > t1) break;
+    out.push([t, months * 30 * DAY]);
+  }
+  return out;
+}
+function timeText(t, step) {
+  const s = new Date(t * 1000).toISOString();
+  if (step >= 365 * DAY) return s.slice(0, 4);
+  if (step >= 28 * DAY) return s.slice(0, 7);
+  if (step >= DAY) return s.slice(0, 10);
+  if (step >= 60) return s.slice(5, 10) + " " + s.slice(11, 16);
+  return s.slice(11, 19);
+}
 function Chart(parent, part, key, view, ylabel) {
   const canvas = el("canvas", {height: 220});
   const legend = el("div", {class: "legend"});
@@ -209,9 +261,16 @@ function Chart(parent, part, key, view, ylabel) {
     ticks(ymin, ymax, 5).forEach(t => { ctx.beginPath(); ctx.moveTo(L, Y(t));
       ctx.lineTo(w - R, Y(t)); ctx.stroke(); ctx.textAlign = "right";
       ctx.fillText(fmt(Number(t.toPrecision(6))), L - 4, Y(t) + 4); });
-    ticks(x0, x1, 8).forEach(t => { ctx.textAlign = "center";
-      ctx.fillText(fmt(Number(t.toPrecision(8))), X(t), h - B + 14); });
-    ctx.textAlign = "center"; ctx.fillText("position in series", L + (w - L - R) / 2, h - 4);
+    ctx.textAlign = "center";
+    if (key.time) {
+      const tm = key.time, t0 = interp(tm.x, tm.t, x0), t1 = interp(tm.x, tm.t, x1);
+      timeTicks(t0, t1, 7).forEach(([t, step]) => {
+        ctx.fillText(timeText(t, step), X(interp(tm.t, tm.x, t)), h - B + 14); });
+    } else {
+      ticks(x0, x1, 8).forEach(t => {
+        ctx.fillText(fmt(Number(t.toPrecision(8))), X(t), h - B + 14); });
+    }
+    ctx.fillText(key.time ? "time (UTC)" : "position in series", L + (w - L - R) / 2, h - 4);
     ctx.save(); ctx.translate(12, T + (h - T - B) / 2); ctx.rotate(-Math.PI / 2);
     ctx.fillText(ylabel, 0, 0); ctx.restore();
     ctx.save(); ctx.beginPath(); ctx.rect(L, T, w - L - R, h - T - B); ctx.clip();

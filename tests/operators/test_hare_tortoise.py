@@ -452,3 +452,23 @@ def test_two_learner_stages_in_threads_of_one_process():
         w.join()
     assert got[0] == expected[0] and got[1] == expected[1]
     assert torch.get_num_threads() == before
+
+
+def test_defaults_learn_from_the_first_records_of_a_short_stream():
+    # 600 digits records, one pass: the default Tortoise (EMA warm-up) keeps up with a plain
+    # MLP trained by AdamW on the same stream; the fixed momentum 0.999 stays near chance.
+    datasets = pytest.importorskip("sklearn.datasets")
+    d = datasets.load_digits()
+    order = np.random.default_rng(0).permutation(len(d.target))[:600]
+    records = [{"value": d.data[i].tolist(), "y": int(d.target[i])} for i in order]
+
+    def second_half(**params):
+        op = create("hare-tortoise", in_dim=64, n_classes=10, seed=0, **params)
+        outs = op.process_batch(records)
+        return np.mean([o["y_pred"] == o["y"] for o in outs[300:]])
+
+    plain = second_half(method="warm", buffer_size=0, clip_norm=None, weight_decay=0.01)
+    default = second_half()
+    no_warmup = second_half(ema_warmup=None)
+    assert plain > 0.7 and default >= 0.9 * plain, (plain, default)
+    assert no_warmup < 0.3, no_warmup

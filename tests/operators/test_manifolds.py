@@ -13,7 +13,21 @@ from geomstats.geometry.spd_matrices import (
     SPDMatrices,
 )
 
-from shiftwatch.operators.manifolds import SPD, Grassmann, Sphere, manifold_from_spec
+from shiftwatch.operators.manifolds import (
+    SPD,
+    Grassmann,
+    Sphere,
+    cholesky_inplace,
+    lower_inverse_inplace,
+    manifold_from_spec,
+    spd_affine_dist,
+    spd_affine_dist_factored,
+    spd_affine_step,
+    spd_affine_step_inplace,
+    sym_eig_inplace,
+    sym_eigh_small,
+    sym_eigvalsh_small,
+)
 from shiftwatch.operators.records import BadInput
 
 GEOMSTATS_METRIC = {"affine": SPDAffineMetric, "log-euclidean": SPDLogEuclideanMetric,
@@ -82,6 +96,110 @@ def test_spd_affine_step_is_the_geodesic_point_and_retraction():
     for s in (0.02, 0.5):
         assert rel(m.step(x, p, s), m.exp(s * m.log(x, p), p)) < 1e-11
         assert rel(m.step(x, p, s, retraction=True), m.retract(s * m.log(x, p), p)) < 1e-11
+
+
+def eig_test_matrices(rng, n):
+    """Symmetric test matrices with hard spectra: random, ill-conditioned SPD (up to 1e14),
+    repeated and clustered eigenvalues, indefinite, diagonal, graded, zero."""
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    spectra = [rng.uniform(0.1, 10.0, n), np.geomspace(1.0, 1e-8, n), np.geomspace(1e6, 1e-8, n),
+               np.repeat([1.0, 2.0], (n + 1) // 2)[:n], 1.0 + 1e-10 * rng.standard_normal(n),
+               rng.standard_normal(n), np.zeros(n), np.ones(n)]
+    out = [(q * w) @ q.T for w in spectra]
+    out += [np.diag(rng.uniform(-1.0, 1.0, n)), random_spd(rng, n, 1e12)]
+    g = rng.standard_normal((n, n))
+    out.append(g @ g.T * np.outer(np.geomspace(1, 1e-6, n), np.geomspace(1, 1e-6, n)))
+    return [(m + m.T) / 2 for m in out]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 16, 33])
+def test_small_eigensolver_matches_numpy(n):
+    rng = np.random.default_rng(100 + n)
+    for a in eig_test_matrices(rng, n):
+        scale = max(np.abs(a).max(), 1e-300)
+        w, v = sym_eigh_small(a)
+        ref = np.linalg.eigvalsh(a)
+        # Backward stable like LAPACK: each eigenvalue within a few eps of ||A||.
+        assert np.all(np.diff(w) >= 0)
+        assert np.abs(w - ref).max() <= 1e-13 * scale * n
+        assert np.abs(v.T @ v - np.eye(n)).max() < 1e-13 * n
+        assert np.abs((v * w) @ v.T - a).max() <= 1e-13 * scale * n
+        assert np.abs(sym_eigvalsh_small(a) - ref).max() <= 1e-13 * scale * n
+        # the in-place form leaves the same result in the caller's arrays
+        vv, d, e = a.copy(), np.empty(n), np.empty(n)
+        sym_eig_inplace(vv, d, e, True)
+        assert np.array_equal(d, w) and np.array_equal(vv, v)
+    # Well-separated SPD spectra are resolved to high relative accuracy, as by eigh.
+    a = random_spd(rng, n, 1e6)
+    ref = np.linalg.eigvalsh(a)
+    assert np.abs(sym_eigvalsh_small(a) / ref - 1).max() < 1e-6
+
+
+def _step_inplace(x, p, s, retraction):
+    n = p.shape[0]
+    q, low, inv = p.copy(), np.empty((n, n)), np.empty((n, n))
+    cholesky_inplace(p, low)
+    lower_inverse_inplace(low, inv)
+    work = np.empty((n, n)), np.empty(n), np.empty(n), np.empty((n, n))
+    spd_affine_step_inplace(x, q, low, inv, s, retraction, *work)
+    return q, low, inv, work
+
+
+def work_of(n):
+    return np.empty((n, n)), np.empty((n, n)), np.empty(n), np.empty(n)
+
+
+def test_inplace_spd_factor_kernels_match_the_lapack_ones():
+    rng = np.random.default_rng(7)
+    for n, cond in [(1, 1.0), (3, 10.0), (8, 1e2), (8, 1e4), (12, 1e3), (30, 1e2)]:
+        p, x = random_spd(rng, n, cond), random_spd(rng, n, cond)
+        low, inv = np.empty((n, n)), np.empty((n, n))
+        cholesky_inplace(p, low)
+        assert rel(low, np.linalg.cholesky(p)) < 1e-13
+        lower_inverse_inplace(low, inv)
+        assert rel(inv @ low, np.eye(n)) < 1e-14 * cond
+        for s, retraction in [(0.02, False), (0.04, True), (0.7, False)]:
+            q, lq, iq, (v, d, e, tmp) = _step_inplace(x, p, s, retraction)
+            assert rel(q, spd_affine_step(x, p, s, retraction)) < 1e-11
+            assert np.array_equal(q, q.T)
+            # the factors left behind are those of the new point
+            assert rel(lq, np.linalg.cholesky(q)) < 1e-11 and rel(iq @ lq, np.eye(n)) < 1e-11
+            got = spd_affine_dist_factored(iq, low, tmp, v, d, e)  # d(q, p)
+            assert abs(got - spd_affine_dist(q, p)) < 1e-11 * max(1.0, got)
+    with pytest.raises(np.linalg.LinAlgError):
+        cholesky_inplace(np.array([[1.0, 2.0], [2.0, 1.0]]), np.empty((2, 2)))
+
+
+@pytest.mark.parametrize("cond", [1e6, 1e8, 1e10])
+def test_inplace_spd_step_on_ill_conditioned_commuting_pairs(cond):
+    # P = Q diag(a) Q^T and X = Q diag(b) Q^T commute, so the exact answers are known in
+    # closed form; the kernels do not know it (the Cholesky whitening mixes the eigenbasis).
+    # Independent random P, X of this conditioning have no float64 reference: LAPACK's
+    # answer (spd_affine_step) is itself off by ~1e-5 at cond 1e8 against 50-digit mpmath.
+    rng = np.random.default_rng(int(np.log10(cond)))
+    n = 8
+    qm, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    a = np.geomspace(1.0, 1.0 / cond, n) * rng.uniform(0.5, 2.0, n)
+    b = a * np.exp(rng.uniform(-2.0, 2.0, n))
+    p, x = (qm * a) @ qm.T, (qm * b) @ qm.T
+    p, x = (p + p.T) / 2, (x + x.T) / 2
+    for s, retraction in [(0.02, False), (0.04, True), (0.7, False)]:
+        t = s * np.log(b / a)
+        f = 1.0 + t + 0.5 * t * t if retraction else np.exp(t)
+        exact = (qm * (a * f)) @ qm.T
+        q, lq, iq, (v, d, e, tmp) = _step_inplace(x, p, s, retraction)
+        # entrywise error relative to the largest entry; the small eigen-directions carry
+        # entries ~1/cond of it, which this bound does not test
+        assert rel(q, exact) < 1e-12
+    low, inv = np.empty((n, n)), np.empty((n, n))
+    cholesky_inplace(p, low)
+    lower_inverse_inplace(low, inv)
+    got = spd_affine_dist_factored(inv, np.linalg.cholesky(x), *work_of(n))
+    want = np.sqrt(np.sum(np.log(b / a) ** 2))
+    # Rounding p and x to float64 alone moves their smallest eigenvalues by ~eps * cond
+    # relative, so that is the accuracy the data allow (LAPACK's spd_affine_dist is off by
+    # about as much).
+    assert abs(got - want) < 1e-15 * cond * want
 
 
 @pytest.mark.parametrize(("n", "p"), [(4, 1), (7, 3), (20, 5)])

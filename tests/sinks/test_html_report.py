@@ -59,3 +59,29 @@ def test_long_series_are_reduced_to_a_few_mb(tmp_path, capsys):
     assert len(s1["series"]["x"]) <= 20000 + 2
     # min/max per bucket: the extremes of the series survive the reduction
     assert max(s1["series"]["y"][0]) > 6.5
+
+
+def _ts_replay(tmp_path, capsys, ts_of, n=600):
+    src = tmp_path / "t.csv"
+    rng = np.random.default_rng(1)
+    src.write_text("time,v\n" + "".join(f"{ts_of(i)},{rng.normal(i >= n // 2, 1):.4f}\n"
+                                        for i in range(n)))
+    out = tmp_path / "out"
+    rc = cli.main(["replay", str(src), "--operator", "river:PageHinkley", "--source-opt",
+                   "value=v", "--source-opt", "ts=time", "--out", str(out), "--no-plots",
+                   "--no-progress", "--quiet"])
+    capsys.readouterr()
+    assert rc == 0
+    return _data((out / "report.html").read_text())["keys"][0]
+
+
+def test_report_html_maps_positions_to_utc_time_when_ts_are_dates(tmp_path, capsys):
+    key = _ts_replay(tmp_path, capsys, lambda i: 1767225600 + 3600 * i)
+    time = key["time"]
+    assert time["x"][0] == 0 and time["x"][-1] == 599 and len(time["x"]) == 600
+    assert [time["t"][i] for i in (0, 1, -1)] == [1767225600.0, 1767229200.0,
+                                                  1767225600.0 + 3600 * 599]
+
+
+def test_report_html_keeps_positions_for_an_index_ts(tmp_path, capsys):
+    assert "time" not in _ts_replay(tmp_path, capsys, lambda i: i)

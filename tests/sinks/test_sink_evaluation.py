@@ -276,3 +276,50 @@ def test_location_error_and_unmatched_locations(tmp_path):
     no_loc.close()
     assert "location" not in no_loc.report["keys"]["1"]["detector"]
     assert "located_f1" not in no_loc.report["summary"]
+
+
+def _plots_of(tmp_path, ts_of):
+    """series.png and statistic.png figures of a one-key run whose input i has ts_of(i)."""
+    from shiftwatch.sinks.evaluation import _plot_series, _plot_statistic
+
+    sink = EvaluationSink(tmp_path / "ev", annotations=[50], plots=False, html=False)
+    rng = np.random.default_rng(0)
+    recs = [{"key": None, "offset": i, "ts": ts_of(i), "value": float(rng.normal() + (i >= 50))}
+            for i in range(100)]
+    sink.write_inputs(recs)
+    sink.write([{**r, "alarm": r["offset"] == 60, "statistic": 0.1 * r["offset"]}
+                for r in recs])
+    sink._build_report()
+    data = list(sink._plot_data.items())
+    return _plot_series(data, 4, "t"), _plot_statistic(data, 4, "t")
+
+
+def test_plots_show_epoch_ts_as_utc_time(tmp_path):
+    from matplotlib import dates as mdates
+
+    t0 = 1767225600.0  # 2026-01-01T00:00:00Z, one record a minute
+    for fig in _plots_of(tmp_path, lambda i: t0 + 60.0 * i):
+        ax = fig.axes[0]
+        assert ax.get_xlabel() == "time (UTC)"
+        assert isinstance(ax.xaxis.get_major_formatter(), mdates.ConciseDateFormatter)
+        lo, hi = (mdates.num2date(x) for x in ax.get_xlim())
+        assert (lo.isoformat(), hi.isoformat()) == ("2026-01-01T00:00:00+00:00",
+                                                    "2026-01-01T01:39:00+00:00")
+        marks = {line.get_label(): line.get_xdata()[0] for line in ax.get_lines()
+                 if line.get_label() in ("alarm", "true change")}
+        # alarms and labels stay positions, drawn at the time of that position's record
+        assert mdates.num2date(marks["alarm"]).isoformat() == "2026-01-01T01:00:00+00:00"
+        assert mdates.num2date(marks["true change"]).isoformat() == "2026-01-01T00:50:00+00:00"
+
+
+@pytest.mark.parametrize("ts_of", [float, lambda i: None, lambda i: 1767225600.0 - 60.0 * i],
+                         ids=["index", "no ts", "out of order"])
+def test_plots_keep_positions_when_ts_is_not_an_ordered_time(tmp_path, ts_of):
+    from matplotlib import dates as mdates
+
+    for fig in _plots_of(tmp_path, ts_of):
+        ax = fig.axes[0]
+        assert ax.get_xlabel() == "position in series"
+        assert not isinstance(ax.xaxis.get_major_formatter(), mdates.ConciseDateFormatter)
+        alarm = [line.get_xdata()[0] for line in ax.get_lines() if line.get_label() == "alarm"]
+        assert alarm == [60]

@@ -20,6 +20,8 @@ from shiftwatch.sinks import (
     Sink,
     jsonable,
 )
+from shiftwatch.sinks.files import alarm_statistic
+from shiftwatch.sinks.time_axis import is_epoch_seconds, iso_utc, time_axis_ts
 
 
 def test_every_public_name_imports():
@@ -158,13 +160,88 @@ def test_console_alarm_table():
     sink.close()
     sink.close()  # printed once
     assert out.getvalue() == (
-        "key       offset  ts             statistic\n"
-        "a             12  12.0           4\n"
-        "long-key     130  1712345678.25  -\n"
+        "key       offset  ts             change_at  statistic\n"
+        "a             12  12.0                   -  4\n"
+        "long-key     130  1712345678.25          -  -\n"
         "... 1 more\n"
         "3 alarms\n"
     )
     assert sink.summary() == {"alarms": 3}
+
+
+def _alarm_rows(operator, values, ts0=1767225600.0, **params):
+    """Real outputs of a registered detector on ``values`` (one key), then the table rows."""
+    from shiftwatch.operators import create
+
+    op = create(operator, **params)
+    records = [{"key": "k", "offset": i, "ts": ts0 + 60.0 * i, "value": v}
+               for i, v in enumerate(values)]
+    outputs = op.process_batch(records)
+    sink = ConsoleAlarmSink(stream=io.StringIO(), max_rows=100)
+    sink.write(outputs)
+    lines = sink.table().splitlines()
+    assert lines[0].split() == ["key", "offset", "ts", "change_at", "statistic"]
+    alarms = [o for o in outputs if o.get("alarm")]
+    assert alarms and lines[-1] == f"{len(alarms)} alarm{'s' if len(alarms) > 1 else ''}"
+    rows = [line.split(None, 4) for line in lines[1:-1]]
+    return alarms, rows
+
+
+def _shifted(n=400, at=200, shift=3.0):
+    rng = np.random.default_rng(1)
+    return [float(x) + (shift if i >= at else 0.0) for i, x in enumerate(rng.normal(size=n))]
+
+
+def test_console_table_for_cs_shows_the_gap_that_triggered():
+    alarms, rows = _alarm_rows("cs", _shifted())
+    for alarm, (key, offset, ts, change_at, stat) in zip(alarms, rows, strict=True):
+        assert key == "k" and int(offset) == alarm["offset"]
+        assert ts == iso_utc(alarm["ts"]) and ts.endswith("Z")
+        assert int(change_at) == alarm["change_at"]
+        word, number = stat.split()
+        assert word == "gap"  # the interval is empty at a cs alarm: lower >= upper
+        assert float(number) == pytest.approx(alarm["lower"] - alarm["upper"], rel=1e-5)
+
+
+def test_console_table_for_adwin_shows_its_statistic():
+    alarms, rows = _alarm_rows("river:ADWIN", _shifted())
+    for alarm, (_, _, ts, change_at, stat) in zip(alarms, rows, strict=True):
+        assert ts == iso_utc(alarm["ts"])
+        assert int(change_at) == alarm["change_at"]
+        assert float(stat) == pytest.approx(alarm["statistic"], rel=1e-5)
+
+
+def test_console_table_for_karcher_shows_statistic_against_threshold():
+    rng = np.random.default_rng(3)
+    values = []
+    for i in range(300):
+        a = rng.normal(size=(3, 3)) * (3.0 if i >= 150 else 1.0)
+        values.append((a @ a.T + np.eye(3)).tolist())
+    alarms, rows = _alarm_rows("karcher", values, manifold="spd", step_slow=0.05,
+                               step_fast=0.2, burn_in=20, threshold=0.5)
+    for alarm, (_, _, _, _, stat) in zip(alarms, rows, strict=True):
+        assert stat == f"{alarm['statistic']:.6g} > threshold {alarm['threshold']:.6g}"
+        assert alarm["statistic"] > alarm["threshold"]
+
+
+def test_console_table_vector_statistic_is_max_over_coordinates():
+    assert alarm_statistic({"statistic": [0.5, np.float64(2.5), float("nan")]}) == \
+        "2.5 (max of 2)"
+    assert alarm_statistic({"lower": [0.0, 1.2], "upper": [1.0, 1.0]}) == "gap 0.2 (max of 2)"
+    assert alarm_statistic({"lower": [0.0, 1.2, 3.0], "upper": [1.0, 1.0, 2.0]}) == \
+        "gap 1 (max of 3)"
+    assert alarm_statistic({"alarm": True}) == "-"
+
+
+def test_console_table_keeps_raw_ts_unless_all_are_dates():
+    sink = ConsoleAlarmSink(stream=io.StringIO())
+    sink.write([{"key": "a", "offset": 1, "ts": 1767225600.0, "alarm": True},
+                {"key": "a", "offset": 2, "ts": 1767225600000.0, "alarm": True}])
+    assert [line.split()[2] for line in sink.table().splitlines()[1:3]] == \
+        ["1767225600.0", "1767225600000.0"]
+    sink = ConsoleAlarmSink(stream=io.StringIO())
+    sink.write([{"key": "a", "offset": 1, "ts": 1767225600.5, "alarm": True}])
+    assert sink.table().splitlines()[1].split()[2] == "2026-01-01T00:00:00.500Z"
 
 
 def test_console_no_alarms(capsys):
@@ -239,3 +316,24 @@ def test_dead_letter_sink_memory():
     }
     assert sink.records[1]["reason"] == "unknown"
     assert sink.summary(top=1) == {"dead_letters": 2, "by_reason": {"no field 'value'": 1}}
+
+
+@pytest.mark.parametrize("values, dates", [
+    ([1767225600.0, 1767225601.0], True),       # 2026
+    ([-1798761600.0, 1483228800.0], True),      # 1913 .. 2017 (UK coal, yearly)
+    ([0.0, 1.0, 2.0, 3.0], False),              # the index a source uses without a date
+    ([1767225600000.0], False),                 # milliseconds: not seconds of 1900..2100
+    ([1767225600.0, float("nan")], False),
+    ([1767225600.0, "2026-01-01"], False),
+    ([True], False),
+    ([], False),
+])
+def test_epoch_seconds_choice(values, dates):
+    assert is_epoch_seconds(values) is dates
+
+
+def test_time_axis_needs_ordered_dates():
+    assert time_axis_ts([1767225600, 1767225660]) == [1767225600.0, 1767225660.0]
+    assert time_axis_ts([1767225660.0, 1767225600.0]) is None
+    assert time_axis_ts([1767225600.0, 1767225600.0]) is None  # no span
+    assert time_axis_ts([0.0, 1.0]) is None
