@@ -80,10 +80,9 @@ def make_records(n_keys: int, n_records: int, seed: int = 0):
 
 def spd_records(records, warm, seed: int = 0):
     """The same keys and ts with SPD(3) matrices as values (a pool of Wishart samples)."""
-    from shiftwatch.operators.manifold_samples import WishartSPDStream
-
-    pool = [r["value"] for r in WishartSPDStream(n=997, change_point=10**9, dim=3, df=6,
-                                                 seed=seed + 1)]
+    rng = np.random.default_rng(seed + 1)
+    g = rng.normal(size=(997, 3, 6))
+    pool = (g @ g.transpose(0, 2, 1) / 6.0).tolist()
 
     def swap(recs, k0):
         return [{**r, "value": pool[(k0 + i) % len(pool)]} for i, r in enumerate(recs)]

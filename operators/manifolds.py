@@ -129,6 +129,16 @@ _FMA = {"contract"}
 SMALL_EIG_MAX = 24
 
 
+@njit(cache=True)
+def _transpose_inplace(v):
+    n = v.shape[0]
+    for i in range(n):
+        for j in range(i):
+            x = v[i, j]
+            v[i, j] = v[j, i]
+            v[j, i] = x
+
+
 @njit(cache=True, fastmath=_FMA)
 def sym_eig_inplace(v, d, e, vectors):
     """Eigen-decomposition of a small symmetric matrix in place, without allocating.
@@ -158,8 +168,9 @@ def sym_eig_inplace(v, d, e, vectors):
                 v[i, j] = 0.0
                 v[j, i] = 0.0
         else:
+            rs = 1.0 / scale
             for k in range(i):
-                d[k] /= scale
+                d[k] *= rs
                 h += d[k] * d[k]
             f = d[i - 1]
             g = math.sqrt(h)
@@ -179,8 +190,9 @@ def sym_eig_inplace(v, d, e, vectors):
                     e[k] += v[k, j] * f
                 e[j] = g
             f = 0.0
+            rh = 1.0 / h
             for j in range(i):
-                e[j] /= h
+                e[j] *= rh
                 f += e[j] * d[j]
             hh = f / (h + h)
             for j in range(i):
@@ -199,8 +211,9 @@ def sym_eig_inplace(v, d, e, vectors):
             v[i, i] = 1.0
             h = d[i + 1]
             if h != 0.0:
+                rh = 1.0 / h
                 for k in range(i + 1):
-                    d[k] = v[k, i + 1] / h
+                    d[k] = v[k, i + 1] * rh
                 for j in range(i + 1):
                     g = 0.0
                     for k in range(i + 1):
@@ -217,6 +230,8 @@ def sym_eig_inplace(v, d, e, vectors):
         for j in range(n):
             d[j] = v[j, j]
     e[0] = 0.0
+    if vectors:
+        _transpose_inplace(v)
     # QL with implicit shifts (tql2) on the tridiagonal (d, e).
     for i in range(1, n):
         e[i - 1] = e[i]
@@ -262,15 +277,16 @@ def sym_eig_inplace(v, d, e, vectors):
                     if not 1e-290 < r < 1e290:
                         r = math.hypot(p, e[i])  # under- or overflow of the squares
                     e[i + 1] = s * r
-                    s = e[i] / r
-                    c = p / r
+                    rr = 1.0 / r
+                    s = e[i] * rr
+                    c = p * rr
                     p = c * d[i] - s * g
                     d[i + 1] = h + s * (c * g + s * d[i])
-                    if vectors:
+                    if vectors:  # rows of v are the vectors here (contiguous)
                         for k in range(n):
-                            h = v[k, i + 1]
-                            v[k, i + 1] = s * v[k, i] + c * h
-                            v[k, i] = c * v[k, i] - s * h
+                            h = v[i + 1, k]
+                            v[i + 1, k] = s * v[i, k] + c * h
+                            v[i, k] = c * v[i, k] - s * h
                 p = -s * s2 * c3 * el1 * e[ll] / dl1
                 e[ll] = s * p
                 d[ll] = c * p
@@ -291,9 +307,11 @@ def sym_eig_inplace(v, d, e, vectors):
             d[i] = p
             if vectors:
                 for j in range(n):
-                    p = v[j, i]
-                    v[j, i] = v[j, k]
-                    v[j, k] = p
+                    p = v[i, j]
+                    v[i, j] = v[k, j]
+                    v[k, j] = p
+    if vectors:
+        _transpose_inplace(v)
 
 
 @njit(cache=True, fastmath=_FMA)
@@ -333,11 +351,12 @@ def cholesky_inplace(a, low):
             raise ValueError("matrix is not positive definite")
         dj = math.sqrt(s)
         low[j, j] = dj
+        rj = 1.0 / dj
         for i in range(j + 1, n):
             s = a[i, j]
             for k in range(j):
                 s -= low[i, k] * low[j, k]
-            low[i, j] = s / dj
+            low[i, j] = s * rj
         for i in range(j):
             low[i, j] = 0.0
 
@@ -347,14 +366,15 @@ def lower_inverse_inplace(low, inv):
     """``inv`` <- the inverse of the lower-triangular ``low`` (forward substitution)."""
     n = low.shape[0]
     for j in range(n):
+        inv[j, j] = 1.0 / low[j, j]
+    for j in range(n):
         for i in range(j):
             inv[i, j] = 0.0
-        inv[j, j] = 1.0 / low[j, j]
         for i in range(j + 1, n):
             s = 0.0
             for k in range(j, i):
                 s += low[i, k] * inv[k, j]
-            inv[i, j] = -s / low[i, i]
+            inv[i, j] = -s * inv[i, i]
 
 
 @njit(cache=True, fastmath=_FMA)
@@ -396,21 +416,21 @@ def spd_affine_step_inplace(x, p, low, inv, s, retraction, v, d, e, tmp):
         w, q = np.linalg.eigh(v)
         d[:] = w
         v[:, :] = q
-    for k in range(n):
+    for k in range(n):  # d <- f(lam)^1/2
         t = s * math.log(d[k])
-        d[k] = 1.0 + t + 0.5 * t * t if retraction else math.exp(t)
-    # tmp <- L Q
+        d[k] = math.sqrt(1.0 + t + 0.5 * t * t) if retraction else math.exp(0.5 * t)
+    # tmp <- L Q diag(f)^1/2, then p <- tmp tmp^T
     for i in range(n):
         for j in range(n):
             acc = 0.0
             for k in range(i + 1):
                 acc += low[i, k] * v[k, j]
-            tmp[i, j] = acc
+            tmp[i, j] = acc * d[j]
     for i in range(n):
         for j in range(i + 1):
             acc = 0.0
             for k in range(n):
-                acc += tmp[i, k] * d[k] * tmp[j, k]
+                acc += tmp[i, k] * tmp[j, k]
             p[i, j] = acc
             p[j, i] = acc
     cholesky_inplace(p, low)

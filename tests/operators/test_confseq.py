@@ -507,3 +507,30 @@ def test_restart_refeeds_the_post_change_values():
         create("cs", cs="betting", locate="cs")
     with pytest.raises(ValueError, match="restart"):
         create("cs", restart=1)
+
+
+def test_hull_walk_matches_binary_search_from_any_hint():
+    """The tangent query's pointer walk returns the binary search's index from every start."""
+    from shiftwatch.operators.confseq_kernels import hull_argmax_slope, hull_walk_argmax
+
+    rng = np.random.default_rng(13)
+    checked = 0
+    for _ in range(200):
+        walk = np.r_[0.0, np.cumsum(rng.normal(size=int(rng.integers(2, 300))))]
+        hx, hy = [], []
+        for px, py in enumerate(walk[:-1]):  # lower convex hull, as the kernel builds it
+            while len(hx) >= 2 and ((hx[-1] - hx[-2]) * (py - hy[-2])
+                                    - (hy[-1] - hy[-2]) * (px - hx[-2])) <= 0.0:
+                hx.pop()
+                hy.pop()
+            hx.append(float(px))
+            hy.append(float(py))
+        hxa, hya, h = np.array(hx), np.array(hy), len(hx)
+        n = float(walk.size - 1)
+        for d in (0.0, 1.0, 10.0, 100.0):
+            qy = walk[-1] - d
+            want = hull_argmax_slope(hxa, hya, h, n, qy)
+            for hint in {0, h // 2, h - 1, h + 5}:
+                assert hull_walk_argmax(hxa, hya, h, n, qy, hint) == want
+                checked += 1
+    assert checked > 1000
