@@ -228,7 +228,7 @@ def two_change_stream(seed: int, n: int = 1500) -> tuple[np.ndarray, list]:
 
 
 def spd_two_change(seed: int, n: int = 1200) -> tuple[list, list]:
-    from shiftwatch.operators.manifold_samples import WishartSPDStream
+    from shiftwatch.streams.synthetic import WishartSPDStream
 
     a = [r["value"] for r in WishartSPDStream(n=750, change_point=600, dim=3, df=6,
                                               seed=seed + 1)]
@@ -293,7 +293,7 @@ def table_restart(seeds: int = 30) -> list[str]:
 
 
 def table_cost_cs_karcher(n: int = 50_000) -> list[str]:
-    from shiftwatch.operators.manifold_samples import WishartSPDStream
+    from shiftwatch.streams.synthetic import WishartSPDStream
 
     rng = np.random.default_rng(0)
     recs = [{"value": float(v), "ts": float(i)} for i, v in enumerate(rng.normal(0, 1, n))]

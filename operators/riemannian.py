@@ -805,23 +805,29 @@ class KarcherOperator(Operator):
 
     @classmethod
     def _test_stream(cls, params: dict, n: int = 200, seed: int = 0) -> list[dict]:
-        from shiftwatch.operators.manifold_samples import GrassmannStream, WishartSPDStream
-
+        # A small seeded stream with a change at n // 2 for the shared checks (the paper's
+        # generators are shiftwatch.streams.synthetic's; operators do not import streams).
+        rng = np.random.default_rng(seed + 1)
         m = params.get("manifold", "spd")
+        half = np.arange(n) >= n // 2
         if m.startswith("spd"):
-            src = WishartSPDStream(n=n, change_point=n // 2, dim=3, df=6, seed=seed + 1)
-        elif m == "grassmann":
-            src = GrassmannStream(n=n, change_point=n // 2, ambient=6, rank=2, shift=1.0,
-                                  seed=seed + 1)
+            df = 6  # X = L G G^T L^T / df, G ~ N(0, 1)^(3 x df): Wishart(df, L L^T) / df
+            scales = [np.eye(3), np.diag([4.0, 1.0, 0.5])]
+            g = rng.standard_normal((n, 3, df))
+            x = np.stack([np.linalg.cholesky(scales[int(h)]) for h in half]) @ g
+            x = x @ x.transpose(0, 2, 1) / df
+            values = ((x + x.transpose(0, 2, 1)) / 2).tolist()
+        elif m == "grassmann":  # leading 2 left singular vectors of M + noise, M changes
+            means = [rng.standard_normal((6, 6)), rng.standard_normal((6, 6))]
+            z = np.stack([means[int(h)] for h in half]) + rng.standard_normal((n, 6, 6))
+            values = np.linalg.svd(z)[0][:, :, :2].tolist()
         else:
-            rng = np.random.default_rng(seed)
             x = rng.normal(size=(n, 3)) + np.array([3.0, 0.0, 0.0])
             x[n // 2:] += np.array([-3.0, 3.0, 0.0])
             x /= np.linalg.norm(x, axis=1, keepdims=True)
-            return [{"key": "k", "ts": float(i), "offset": i, "value": v.tolist()}
-                    for i, v in enumerate(x)]
-        return [{"key": "k", "ts": float(i), "offset": i, "value": r["value"]}
-                for i, r in enumerate(src)]
+            values = x.tolist()
+        return [{"key": "k", "ts": float(i), "offset": i, "value": v}
+                for i, v in enumerate(values)]
 
     @classmethod
     def _bad_records(cls, params: dict) -> list[dict]:

@@ -3,6 +3,7 @@ new at the top level of site-packages."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -13,6 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_installs_only_shiftwatch_and_imports_from_the_venv(tmp_path):
+    # setuptools builds in ROOT/build and packs whatever build/lib holds: start clean so a
+    # module deleted from the source tree cannot ride along from an earlier build.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(dist), str(ROOT)], check=True, capture_output=True,
@@ -52,3 +56,4 @@ def test_wheel_installs_only_shiftwatch_and_imports_from_the_venv(tmp_path):
     assert Path(out[0]).resolve().is_relative_to(env_dir.resolve()), out[0]
     assert out[1].startswith("Standardize(")
     assert sysconfig.get_paths()["purelib"] != str(site)
+    shutil.rmtree(ROOT / "build", ignore_errors=True)

@@ -208,7 +208,7 @@ def test_every_public_name_of_the_operator_modules_imports():
     for module in ["shiftwatch.operators.records", "shiftwatch.operators.state_codec",
                    "shiftwatch.operators.contract", "shiftwatch.operators.registry",
                    "shiftwatch.operators.keyed", "shiftwatch.operators.with_input",
-                   "shiftwatch.operators.source_info", "shiftwatch.operators.manifold_samples",
+                   "shiftwatch.operators.source_info",
                    "shiftwatch.operators.object_state",
                    "shiftwatch.operators.river_adapter", "shiftwatch.operators.checks"]:
         mod = importlib.import_module(module)

@@ -240,7 +240,7 @@ def test_transforms_feed_karcher(transform, params, manifold):
 
 def test_operator_locates_the_change_and_keeps_a_bounded_window():
     from shiftwatch.operators import create
-    from shiftwatch.operators.manifold_samples import WishartSPDStream
+    from shiftwatch.streams.synthetic import WishartSPDStream
 
     errs, delays = [], []
     for seed in range(6):
