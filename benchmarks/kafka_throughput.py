@@ -158,6 +158,9 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--operators", default="cs,river:ADWIN",
+                    help="comma-separated operators to run in the stage")
+    ap.add_argument("--no-eos", action="store_true", help="skip the exactly-once rows")
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "kafka.md"),
                     help="where the table goes ('-': stdout only)")
     args = ap.parse_args()
@@ -172,9 +175,8 @@ def main() -> None:
         produce(bootstrap, topic, args.records, args.keys)
         from shiftwatch.operators import registered_names
 
-        ops = [("river:ADWIN", {})]
-        if "cs" in registered_names():
-            ops.insert(0, ("cs", {}))
+        ops = [(o, {}) for o in args.operators.split(",")
+               if o and (o != "cs" or "cs" in registered_names())]
         rows = []
         raw = max(raw_loop(bootstrap, topic, args.records) for _ in range(args.repeats))
         rows.append(("raw kafka-python loop (json in/out)", "-", "-", raw, 0))
@@ -182,6 +184,8 @@ def main() -> None:
             for label, every, g in (("no checkpoints", 10**9, "at-least-once"),
                                     ("checkpoint every 1,000", 1000, "at-least-once"),
                                     ("checkpoint every 1,000", 1000, "exactly-once")):
+                if args.no_eos and g == "exactly-once":
+                    continue
                 best, cps = 0.0, 0
                 for _ in range(args.repeats):
                     rate, cps = stage_run(bootstrap, topic, args.records, op, params, every, g)

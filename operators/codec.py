@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+try:  # a faster parser for the hot path; the standard library decides every other case
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - orjson is a dependency; kept optional for vendoring
+    _fast_loads = None
 
 from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 
@@ -28,6 +34,9 @@ __all__ = ["parse_object", "as_value", "decode_record", "jsonable", "dumps_recor
            "encode_record"]
 
 _DECODER = json.JSONDecoder()
+# orjson reads integers of 19 or more digits as floats (json: exact ints); such text, like any
+# text orjson rejects (NaN, a BOM, lone surrogates, bad JSON), goes to the standard library.
+_LONG_DIGITS = re.compile(rb"\d{19}")
 
 
 def parse_object(data: bytes | bytearray | str | None) -> dict:
@@ -47,6 +56,14 @@ double quotes at column 2
     """
     if data is None:
         raise BadInput("message has no value (a tombstone)")
+    if _fast_loads is not None and type(data) is bytes and not _LONG_DIGITS.search(data):
+        try:
+            obj = _fast_loads(data)
+        except ValueError:
+            pass  # the standard library gives the reason (or accepts what orjson does not)
+        else:
+            if type(obj) is dict:
+                return obj
     if isinstance(data, (bytes, bytearray)):
         try:
             data = bytes(data).decode("utf-8")
@@ -166,12 +183,46 @@ def _key_text(key: Any) -> str:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
+def _default(obj: Any) -> Any:
+    # The fast path's hook for what the C encoder does not know: NumPy values, dead letters,
+    # bytes, arrays, other mappings (all by the jsonable rule; a NaN inside then raises).
+    return jsonable(obj)
+
+
+_FAST_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
+
+
+def _plain_keys(obj: Any) -> bool:
+    """Every dict key in ``obj`` is a str or an int (where json's and jsonable's rules agree:
+    json writes ``True``/``None``/float keys its own way)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            tk = type(k)
+            if tk is not str and tk is not int:
+                return False
+            if isinstance(v, (dict, list, tuple)) and not _plain_keys(v):
+                return False
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            if isinstance(v, (dict, list, tuple)) and not _plain_keys(v):
+                return False
+    return True
+
+
 def dumps_record(record: Any) -> str:
     """One line of compact JSON for ``record`` (the :func:`jsonable` rule for other values).
 
     >>> dumps_record({"key": "a", "statistic": float("nan"), "v": np.array([1.5])})
     '{"key":"a","statistic":null,"v":[1.5]}'
     """
+    # Fast path: the C encoder, NumPy and other values through jsonable on the way; the same
+    # bytes as encoding jsonable(record), which is done instead when a value is not finite
+    # (allow_nan=False raises) or a dict has keys the two rules write differently.
+    if type(record) is dict and _plain_keys(record):
+        try:
+            return _FAST_ENCODER.encode(record)
+        except ValueError:
+            pass
     return _ENCODER.encode(jsonable(record))
 
 

@@ -629,7 +629,13 @@ class ConfSeqOperator(Operator):
         self._detectors = [ConfSeqDetector(**params) for _ in range(d)]
         self._shape = list(shape)
         if self.locate is not False or self.restart:
-            self._window = ValueWindow(self.locate_window, d if shape else 0)
+            self._window = self._new_window(d if shape else 0)
+
+    def _new_window(self, dim: int) -> ValueWindow:
+        # Locating from the CS start needs only positions and the located record's ts; the
+        # values are kept for the generic split and for restarting.
+        keep = self.locate_kind not in ("cs", None) or bool(self.restart)
+        return ValueWindow(self.locate_window, dim, keep_values=keep)
 
     def state_dict(self) -> dict:
         window = self._window
@@ -660,7 +666,7 @@ class ConfSeqOperator(Operator):
             self._window = window
         elif self._window is not None:
             # Written with locate and restart off: positions of the window start here.
-            self._window = ValueWindow(self.locate_window, shape[0] if shape else 0)
+            self._window = self._new_window(shape[0] if shape else 0)
             self._window._count = self._count
 
     # ---- processing -----------------------------------------------------------------

@@ -177,12 +177,20 @@ class ValueWindow:
     before a position (after an alarm: keep only the post-change values), so a later
     location search starts at the previous change.
 
+    Memory grows with what is held, not with ``capacity``: the buffers start small and double
+    up to ``capacity`` (a fleet of keys that alarm now and then holds little per key), the
+    ``ts`` buffer exists only once a ``ts`` was pushed, and ``keep_values=False`` keeps
+    positions and ``ts`` alone (for a detector that locates by itself and only needs the
+    located record's ``ts``).
+
     Parameters
     ----------
     capacity
         The most values held; older ones are overwritten.
     dim
         0 for scalar values, ``d`` for vectors of length ``d``.
+    keep_values
+        Hold the values (False: :meth:`values` is unavailable; positions and ``ts`` only).
 
     Examples
     --------
@@ -195,9 +203,11 @@ class ValueWindow:
     ([4.0, 5.0], 15.0)
     """
 
-    __slots__ = ("capacity", "dim", "_buf", "_ts", "_count", "_size", "_has_ts")
+    __slots__ = ("capacity", "dim", "keep_values", "_buf", "_ts", "_phys", "_count", "_size")
 
-    def __init__(self, capacity: int, dim: int = 0):
+    _MIN_PHYS = 16
+
+    def __init__(self, capacity: int, dim: int = 0, keep_values: bool = True):
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
                 or capacity < 2:
             raise ValueError(f"capacity must be an integer >= 2, got {capacity!r}")
@@ -205,12 +215,12 @@ class ValueWindow:
             raise ValueError(f"dim must be an integer >= 0, got {dim!r}")
         self.capacity = int(capacity)
         self.dim = int(dim)
-        shape = (self.capacity,) if self.dim == 0 else (self.capacity, self.dim)
-        self._buf = np.zeros(shape, dtype=np.float64)
-        self._ts = np.full(self.capacity, np.nan)
+        self.keep_values = bool(keep_values)
+        self._phys = 0     # allocated slots (<= capacity); position p lives at p % _phys
+        self._buf: np.ndarray | None = None
+        self._ts: np.ndarray | None = None  # allocated at the first ts pushed
         self._count = 0  # values pushed so far = the next value's position
         self._size = 0   # values held
-        self._has_ts = False
 
     @property
     def count(self) -> int:
@@ -225,18 +235,32 @@ class ValueWindow:
     def __len__(self) -> int:
         return self._size
 
+    def _reserve(self, held: int, with_ts: bool) -> None:
+        """Make room for ``held`` values (<= capacity) in place, keeping what is held."""
+        phys = self._phys
+        if held > phys:
+            phys = min(self.capacity, max(self._MIN_PHYS, 2 * self._phys, held))
+        if phys == self._phys and (self._ts is not None or not with_ts):
+            return
+        old = (np.arange(self.start, self._count) % self._phys) if self._size else \
+            np.empty(0, dtype=np.int64)
+        new = np.arange(self.start, self._count) % phys
+        if self.keep_values:
+            shape = (phys,) if self.dim == 0 else (phys, self.dim)
+            buf = np.zeros(shape, dtype=np.float64)
+            if self._buf is not None and self._size:
+                buf[new] = self._buf[old]
+            self._buf = buf
+        if self._ts is not None or with_ts:
+            ts = np.full(phys, np.nan)
+            if self._ts is not None and self._size:
+                ts[new] = self._ts[old]
+            self._ts = ts
+        self._phys = phys
+
     def push(self, value, ts: float | None = None) -> None:
         """Append one value (a float, or a length-``dim`` vector) and its ``ts`` if any."""
-        i = self._count % self.capacity
-        self._buf[i] = value
-        if ts is not None:
-            self._ts[i] = ts
-            self._has_ts = True
-        elif self._has_ts:
-            self._ts[i] = np.nan
-        self._count += 1
-        if self._size < self.capacity:
-            self._size += 1
+        self.push_many(np.asarray(value, dtype=np.float64)[None], None if ts is None else [ts])
 
     def push_many(self, values, ts=None) -> None:
         """:meth:`push` for each row of ``values`` (and each entry of ``ts``, None or NaN for none).
@@ -254,34 +278,40 @@ class ValueWindow:
                                              dtype=np.float64)
         if t is not None and t.shape != (k,):
             raise ValueError(f"ts must hold {k} entries, got {t.shape}")
+        if t is not None and self._ts is None and np.all(np.isnan(t)):
+            t = None  # no ts seen yet and none now: keep no ts buffer
         if k > self.capacity:  # only the last `capacity` values can be held
             skip = k - self.capacity
             vals, k = vals[skip:], self.capacity
             t = None if t is None else t[skip:]
             self._count += skip
-        idx = (self._count + np.arange(k)) % self.capacity
-        self._buf[idx] = vals
-        if t is not None and (self._has_ts or not np.all(np.isnan(t))):
-            self._ts[idx] = t
-            self._has_ts = True
-        elif self._has_ts:
-            self._ts[idx] = np.nan
+            self._size = 0
+        self._reserve(min(self._size + k, self.capacity), with_ts=t is not None)
+        idx = (self._count + np.arange(k)) % self._phys
+        if self.keep_values:
+            self._buf[idx] = vals
+        if self._ts is not None:
+            self._ts[idx] = np.nan if t is None else t
         self._count += k
         self._size = min(self._size + k, self.capacity)
 
     def _order(self) -> np.ndarray:
-        return (np.arange(self.start, self._count) % self.capacity) if self._size else \
+        return (np.arange(self.start, self._count) % self._phys) if self._size else \
             np.empty(0, dtype=np.int64)
 
     def values(self) -> np.ndarray:
         """The values held, oldest first (a copy)."""
+        if not self.keep_values:
+            raise ValueError("this window keeps positions and ts only (keep_values=False)")
+        if not self._size:
+            return np.zeros((0,) if self.dim == 0 else (0, self.dim), dtype=np.float64)
         return self._buf[self._order()]
 
     def ts_at(self, position: int) -> float | None:
         """The ``ts`` of a held position, or None (not held, or pushed without ``ts``)."""
-        if not self._has_ts or not self.start <= position < self._count:
+        if self._ts is None or not self.start <= position < self._count:
             return None
-        t = float(self._ts[position % self.capacity])
+        t = float(self._ts[position % self._phys])
         return None if t != t else t
 
     def drop_before(self, position: int) -> None:
@@ -290,34 +320,51 @@ class ValueWindow:
         self._size = self._count - position
 
     def state_dict(self) -> dict:
-        """The held values in order, their ``ts`` (or None) and the position counter."""
+        """The held values in order (None without ``keep_values``), their ``ts`` (or None),
+        the number held and the position counter."""
         order = self._order()
         return {"capacity": self.capacity, "dim": self.dim, "count": self._count,
-                "values": self._buf[order].copy(),
-                "ts": self._ts[order].copy() if self._has_ts else None}
+                "size": self._size,
+                "values": self._buf[order].copy() if self.keep_values and self._size else (
+                    np.zeros((0,) if self.dim == 0 else (0, self.dim)) if self.keep_values
+                    else None),
+                "ts": self._ts[order].copy() if self._ts is not None else None}
 
     @classmethod
     def from_state_dict(cls, state: Mapping) -> ValueWindow:
         """Rebuild a window from :meth:`state_dict` (ValueError if inconsistent)."""
         try:
-            w = cls(int(state["capacity"]), int(state["dim"]))
-            values = np.asarray(state["values"], dtype=np.float64)
+            raw = state["values"]
+            w = cls(int(state["capacity"]), int(state["dim"]), keep_values=raw is not None)
             count = int(state["count"])
             ts = state.get("ts")
+            values = None if raw is None else np.asarray(raw, dtype=np.float64)
+            size = int(state["size"]) if "size" in state else (
+                values.shape[0] if values is not None and values.ndim else 0)
         except (KeyError, TypeError) as exc:
             raise ValueError(f"bad ValueWindow state: {exc}") from None
-        size = values.shape[0] if values.ndim else 0
-        want = (size,) if w.dim == 0 else (size, w.dim)
-        if values.shape != want or size > w.capacity or not 0 <= size <= count:
+        if values is not None:
+            want = (size,) if w.dim == 0 else (size, w.dim)
+            if values.shape != want:
+                raise ValueError(f"bad ValueWindow state: values of shape {values.shape}, "
+                                 f"expected {want}")
+        if size > w.capacity or not 0 <= size <= count:
             raise ValueError(f"bad ValueWindow state: {size} values, count {count}")
-        w._count = count
-        w._size = size
-        idx = np.arange(count - size, count) % w.capacity
-        w._buf[idx] = values
+        ts_arr = None
         if ts is not None:
             ts_arr = np.asarray(ts, dtype=np.float64)
             if ts_arr.shape != (size,):
                 raise ValueError("bad ValueWindow state: ts does not match values")
-            w._ts[idx] = ts_arr
-            w._has_ts = True
+        w._count = count - size
+        if size:
+            w._reserve(size, with_ts=ts_arr is not None)
+            idx = np.arange(count - size, count) % w._phys
+            if values is not None:
+                w._buf[idx] = values
+            if ts_arr is not None:
+                w._ts[idx] = ts_arr
+        elif ts_arr is not None:
+            w._reserve(0, with_ts=True)
+        w._count = count
+        w._size = size
         return w

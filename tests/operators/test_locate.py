@@ -147,3 +147,37 @@ def test_window_state_round_trip_is_json_able_and_exact():
         ValueWindow.from_state_dict({**state, "count": 1})
     with pytest.raises(ValueError, match="capacity"):
         ValueWindow(1)
+
+
+def test_window_memory_grows_with_what_is_held_and_positions_only_mode():
+    w = ValueWindow(capacity=1000)
+    w.push_many(np.arange(5.0))
+    assert w._buf.shape[0] < 100 and w._ts is None  # no ts pushed: no ts buffer
+    w.push_many(np.arange(5.0, 300.0), ts=np.arange(295.0))
+    assert 300 <= w._buf.shape[0] <= 1000
+    assert w.values().tolist() == list(np.arange(300.0)) and w.ts_at(4) is None
+    assert w.ts_at(5) == 0.0 and w.ts_at(299) == 294.0
+    w.push_many(np.arange(300.0, 2500.0))
+    assert w._buf.shape[0] == 1000 and w.start == 1500
+    assert w.values().tolist() == list(np.arange(1500.0, 2500.0))
+    light = ValueWindow(capacity=1000, keep_values=False)
+    light.push_many(np.zeros(50), ts=np.arange(50.0))
+    assert light._buf is None and light.ts_at(49) == 49.0 and len(light) == 50
+    with pytest.raises(ValueError, match="keep_values"):
+        light.values()
+    twin = ValueWindow.from_state_dict(json.loads(json.dumps(
+        light.state_dict(), default=lambda a: a.tolist())))
+    assert twin.state_dict()["ts"].tolist() == light.state_dict()["ts"].tolist()
+    assert twin.count == 50 and twin.start == 0 and not twin.keep_values
+
+
+def test_window_state_round_trip_after_growth_and_drops():
+    rng = np.random.default_rng(3)
+    w = ValueWindow(capacity=64, dim=2)
+    for k in (3, 20, 50, 7, 90):
+        w.push_many(rng.normal(size=(k, 2)), ts=rng.normal(size=k))
+        w.drop_before(w.count - k // 2)
+        twin = ValueWindow.from_state_dict(w.state_dict())
+        assert np.array_equal(twin.values(), w.values()) and twin.start == w.start
+        assert [twin.ts_at(p) for p in range(w.start, w.count)] == \
+            [w.ts_at(p) for p in range(w.start, w.count)]

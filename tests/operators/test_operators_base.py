@@ -67,7 +67,7 @@ def test_codec_output_is_plain_json_and_refuses_unknown_objects():
 def test_unknown_operator_message_lists_known_ones():
     with pytest.raises(ValueError, match=r"unknown operator 'nope'.*river:ADWIN"):
         create("nope")
-    with pytest.raises(ValueError, match="unknown River detector 'Nope'"):
+    with pytest.raises(ValueError, match=r"unknown operator 'river:Nope'; did you mean"):
         create("river:Nope")
 
 
