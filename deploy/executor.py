@@ -279,6 +279,10 @@ class StageExecutor:
 
     def dirty_keys(self, records: Iterable[Mapping]) -> set:
         """The keys (as :class:`Keyed` stores them) of ``records``; unhashable ones skipped."""
+        try:  # all keys hashable: none is a JSON list, so each is stored as it is
+            return {r.get("key") for r in records}
+        except TypeError:
+            pass
         out: set = set()
         for r in records:
             try:

@@ -114,12 +114,13 @@ def decode_record(data: bytes | bytearray | str | None, message_key: bytes | Non
     """
     record = parse_object(data)
     if ts is not None:
-        record["ts"] = as_scalar(get_field(record, ts), "ts")
+        record["ts"] = _scalar(get_field(record, ts), "ts")
     elif "ts" in record:
-        record["ts"] = as_scalar(record["ts"], "ts")
+        record["ts"] = _scalar(record["ts"], "ts")
     elif timestamp_ms is not None and timestamp_ms >= 0:
         record["ts"] = timestamp_ms / 1000
-    record["value"] = as_value(get_field(record, value), value)
+    raw = record[value] if "." not in value and value in record else get_field(record, value)
+    record["value"] = _scalar(raw, value) if type(raw) is not list else as_value(raw, value)
     if key is not None:
         k = get_field(record, key, None)
         if k is None and message_key is not None:
@@ -131,8 +132,15 @@ def decode_record(data: bytes | bytearray | str | None, message_key: bytes | Non
         record["key"] = message_key.decode("utf-8", errors="replace")
     if meta:
         old = record.get("meta")
-        record["meta"] = {**(old if isinstance(old, dict) else {}), **meta}
+        record["meta"] = {**old, **meta} if isinstance(old, dict) else dict(meta)
     return record
+
+
+def _scalar(raw: Any, name: str) -> float:
+    # as_scalar, without its checks for the common case of a finite float
+    if type(raw) is float and raw - raw == 0.0:
+        return raw
+    return as_scalar(raw, name)
 
 
 def jsonable(obj: Any) -> Any:
@@ -192,19 +200,22 @@ def _default(obj: Any) -> Any:
 _FAST_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
 
 
-def _plain_keys(obj: Any) -> bool:
-    """Every dict key in ``obj`` is a str or an int (where json's and jsonable's rules agree:
-    json writes ``True``/``None``/float keys its own way)."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            tk = type(k)
-            if tk is not str and tk is not int:
+def _plain_keys(obj: dict | list | tuple) -> bool:
+    """Every dict key in ``obj`` (a dict, list or tuple) is a str or an int, where json's
+    and jsonable's rules agree (json writes ``True``/``None``/float keys its own way), and
+    every container in it is a plain dict, list or tuple (a subclass takes the slow path)."""
+    for v in (obj.values() if type(obj) is dict else obj):
+        t = type(v)
+        if t is str or t is float or t is int or t is bool or v is None:
+            continue
+        if t is dict or t is list or t is tuple:
+            if not _plain_keys(v):
                 return False
-            if isinstance(v, (dict, list, tuple)) and not _plain_keys(v):
-                return False
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            if isinstance(v, (dict, list, tuple)) and not _plain_keys(v):
+        elif isinstance(v, (dict, list, tuple)):
+            return False
+    if type(obj) is dict:
+        for k in obj:
+            if type(k) is not str and type(k) is not int:
                 return False
     return True
 

@@ -260,7 +260,17 @@ class ValueWindow:
 
     def push(self, value, ts: float | None = None) -> None:
         """Append one value (a float, or a length-``dim`` vector) and its ``ts`` if any."""
-        self.push_many(np.asarray(value, dtype=np.float64)[None], None if ts is None else [ts])
+        # The per-record path of the River adapter: plain index arithmetic, no temporaries.
+        held = self._size + 1 if self._size < self.capacity else self.capacity
+        if held > self._phys or (ts is not None and self._ts is None and ts == ts):
+            self._reserve(held, with_ts=ts is not None and ts == ts)
+        i = self._count % self._phys
+        if self.keep_values:
+            self._buf[i] = value
+        if self._ts is not None:
+            self._ts[i] = np.nan if ts is None else ts
+        self._count += 1
+        self._size = held
 
     def push_many(self, values, ts=None) -> None:
         """:meth:`push` for each row of ``values`` (and each entry of ``ts``, None or NaN for none).
