@@ -74,15 +74,26 @@ class HareTortoise(Operator):
 
     After every step the Tortoise follows the Hare, ``theta_T <- m_t theta_T + (1 - m_t)
     theta_H``, parameters and floating-point buffers (batch-norm statistics) alike; integer
-    buffers are copied. With the EMA warm-up (``ema_warmup=10``, the default) the momentum of
-    the ``t``-th update (``t = 0, 1, ...``) is ``m_t = min(m, (1 + t) / (ema_warmup + t))``
-    with ``m = ema_momentum``, as common EMA implementations do: the Tortoise follows the Hare
-    closely at first (``m_0 = 0.1``) and averages over about the last ``10%`` of the steps
-    until ``m`` takes over (after ~9,000 steps for ``m = 0.999``), so the Tortoise is useful
-    from the first micro-batches of a stream; ``ema_warmup=None`` uses ``m_t = m`` throughout
-    (the paper's rule, for epochs over a data set). Every ``reset_every`` steps the Hare's
-    values are copied from the Tortoise (all layers; the optimiser state is kept). Each step
-    zeroes the gradients, clips their norm to ``clip_norm`` and takes an AdamW step.
+    buffers are copied. The momentum of the ``t``-th update (``t = 0, 1, ...``) is
+    ``m_t = min(m, t / (t + k))`` with ``m = ema_momentum`` and ``k = ema_warmup`` (default 2).
+    The principle: the Tortoise is an average of the Hare's iterates *so far* with no weight on
+    the initialisation (the point of Adam's bias correction), weighted towards recent ones
+    (polynomial-decay averaging, Shamir & Zhang 2013: the ``s``-th iterate weighs ``~ s**(k-1)``;
+    ``k = 1`` is the running mean, which Adam's bias correction of an EMA with ``m`` near 1
+    equals; ``k = 2`` the linearly weighted average of Lacoste-Julien et al. 2012, whose mean
+    age is a third of the steps) until ``t / (t + k)`` reaches ``m``, after ``k m / (1 - m)``
+    updates (``k`` time constants of the EMA; ``m = 0.99``, ``k = 2``: 198 updates); from then
+    on ``m_t = m``, the paper's EMA. So the Tortoise is useful from the first micro-batches of
+    a stream and becomes the slow average the resets need within a few time constants. (On
+    held-out seeds ``k = 1`` reached only 0.93x a plain MLP's accuracy on short mnist1d
+    streams (``k = 2``: 0.96x or more) and the earlier rule
+    ``min(m, (1 + t) / (10 + t))``, which takes ``9 m / (1 - m)`` updates, cost accuracy on
+    the long warm-start protocol of ``benchmarks/hare_tortoise.py``.)
+    ``ema_warmup=None`` uses ``m_t = m`` from the start, the Tortoise starting at the
+    initialisation (the paper's rule, for epochs over a data set). Every ``reset_every``
+    steps the Hare's values are copied from the Tortoise (all layers; the optimiser state is
+    kept). Each step zeroes the gradients, clips their norm to ``clip_norm`` and takes an
+    AdamW step.
 
     Change detectors drive resets with ``reset_on="alarm"``: a record whose ``alarm`` field is
     truthy (a detector chained before with ``keep_input=true``, watching the features or the
@@ -122,7 +133,8 @@ class HareTortoise(Operator):
     ema_momentum
         ``m`` above, in ``[0, 1)``.
     ema_warmup
-        The warm-up constant (a number ``>= 1``) of ``m_t`` above, or ``None`` for no warm-up.
+        The order ``k >= 1`` of the averaging before ``m`` takes over (``m_t`` above), or
+        ``None`` for the fixed momentum.
     reset_every
         Hare reset period in optimiser steps (method ``"hare-tortoise"``).
     batch_size
@@ -179,12 +191,18 @@ class HareTortoise(Operator):
     >>> def accuracy(field):  # prequential, over the last 300 records
     ...     return round(float(np.mean([o[field] == o["y"] for o in outs[-300:]])), 3)
     >>> accuracy("y_pred"), accuracy("y_pred_hare"), op.n_steps, op.n_resets
-    (0.89, 0.89, 75, 3)
+    (0.893, 0.89, 75, 3)
 
     References
     ----------
     Lee, H., Cho, H., Kim, H., Kim, D., Min, D., Choo, J., Lyle, C. (2024). Slow and Steady
     Wins the Race: Maintaining Plasticity with Hare and Tortoise Networks. ICML 2024.
+
+    Shamir, O., Zhang, T. (2013). Stochastic Gradient Descent for Non-smooth Optimization:
+    Convergence Results and Optimal Averaging Schemes. ICML 2013 (polynomial-decay averaging).
+
+    Lacoste-Julien, S., Schmidt, M., Bach, F. (2012). A simpler approach to obtaining an
+    O(1/t) convergence rate for the projected stochastic subgradient method. arXiv:1212.2002.
     """
 
     input_kind = "vector of in_dim numbers; optional integer label y, task, train"
@@ -197,7 +215,7 @@ class HareTortoise(Operator):
         model: Callable[[], Any] | None = None,
         method: str = "hare-tortoise",
         ema_momentum: float = 0.999,
-        ema_warmup: float | None = 10.0,
+        ema_warmup: float | None = 2.0,
         reset_every: int = 1000,
         batch_size: int = 32,
         replay_ratio: int = 1,
@@ -474,7 +492,7 @@ class HareTortoise(Operator):
         if self.ema_warmup is None:
             return m
         t = self._ema_t
-        return min(m, (1.0 + t) / (float(self.ema_warmup) + t))
+        return min(m, t / (t + float(self.ema_warmup)))
 
     @property
     def buffer_len(self) -> int:

@@ -320,3 +320,46 @@ def test_bad_input_before_first_record_keeps_fresh_state():
         with pytest.raises(BadInput):
             op.process(bad)
     assert dumps_state(op.state_dict()) == fresh
+
+
+def test_defaults_predict_a_new_tasks_classes_while_it_runs():
+    # Split-Digits, 3 tasks of two classes, one pass: the default probe (20 steps per training
+    # step) keeps y_pred up with experience replay on the same buffer; one step lags behind.
+    datasets = pytest.importorskip("sklearn.datasets")
+    d = datasets.load_digits()
+    rng = np.random.default_rng(0)
+    records = []
+    for t in range(3):
+        idx = rng.permutation(np.flatnonzero(np.isin(d.target, [2 * t, 2 * t + 1])))
+        records += [{"value": (d.data[i] / 16).tolist(), "y": int(d.target[i]), "task": t}
+                    for i in idx]
+
+    def second_half(**params):
+        outs = CILA(seed=0, **params).process_batch(records)
+        half = len(records) // 2
+        return np.mean([o["y_pred"] == r["y"]
+                        for o, r in zip(outs[half:], records[half:], strict=True)])
+
+    er, default, one = second_half(method="er"), second_half(), second_half(probe_steps=1)
+    assert er > 0.4 and default >= 0.9 * er, (er, default)
+    assert one < default - 0.1, (one, default)
+
+
+def test_probe_steps_is_validated():
+    with pytest.raises(ValueError, match="probe_steps"):
+        CILA(probe_steps=-1)
+
+
+def test_probe_steps_change_only_the_online_prediction():
+    # The online probe is behind y_pred only: the encoder and the probe refitted at a boundary
+    # (hence every accuracy after a task) do not depend on probe_steps.
+    records = CILA._test_stream(SMALL)
+    ops = [CILA(**SMALL, probe_steps=k) for k in (1, 20)]
+    outs = [op.process_batch(records) for op in ops]
+    for op in ops:
+        op.end_task()
+    for a, b in zip(ops[0]._encoder.parameters(), ops[1]._encoder.parameters(), strict=True):
+        assert torch.equal(a, b)
+    x = np.array([r["value"] for r in records])
+    np.testing.assert_array_equal(ops[0].decision_scores(x), ops[1].decision_scores(x))
+    assert [o["y_pred"] for o in outs[0]] != [o["y_pred"] for o in outs[1]]

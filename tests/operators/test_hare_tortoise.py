@@ -101,12 +101,12 @@ def test_global_torch_rng_untouched_and_seed_reproducible():
 # ---- the step, the EMA and the reset against hand computations -------------------------
 
 
-def warmed(t, m=0.9, warmup=10.0):
+def warmed(t, m=0.9, warmup=2.0):
     """The EMA momentum of update t (0-based) with the warm-up, computed by hand."""
-    return m if warmup is None else min(m, (1 + t) / (warmup + t))
+    return m if warmup is None else min(m, t / (t + warmup))
 
 
-@pytest.mark.parametrize("warmup", [10.0, None, 3.0])
+@pytest.mark.parametrize("warmup", [2.0, None, 1.0, 10.0])
 def test_step_is_adamw_with_clipping_and_ema_matches_hand_computation(warmup):
     op = create("hare-tortoise", **{**SMALL, "reset_every": 1000, "ema_warmup": warmup})
     rng = np.random.default_rng(1)
@@ -138,21 +138,41 @@ def test_step_is_adamw_with_clipping_and_ema_matches_hand_computation(warmup):
 
 def test_warmup_reaches_the_momentum_and_resumes_from_its_step_count():
     op = create("hare-tortoise", **{**SMALL, "ema_momentum": 0.99})
-    assert op.ema_momentum_now == 0.1
+    assert op.ema_momentum_now == 0.0  # the first update copies the Hare: no weight on init
     x, y = np.zeros((2, 5)), np.zeros(2, dtype=int)
     for _ in range(5):
         op.learn_many(x, y)
-    assert op.ema_momentum_now == 6 / 15
+    assert op.ema_momentum_now == 5 / 7
     back = create("hare-tortoise", **{**SMALL, "ema_momentum": 0.99})
     back.load_state_dict(loads_state(dumps_state(op.state_dict())))
-    assert back.ema_momentum_now == 6 / 15
-    op._ema_t = 10_000
+    assert back.ema_momentum_now == 5 / 7
+    # k m / (1 - m) = 198 updates: the paper's momentum from then on, not before.
+    op._ema_t = 197
+    assert op.ema_momentum_now == 197 / 199 < 0.99
+    op._ema_t = 198
     assert op.ema_momentum_now == 0.99
     # A state without the warm-up counter (written before it existed) counts every step.
     old = op.state_dict()
     del old["state"]["ema_t"]
     back.load_state_dict(old)
     assert back.ema_momentum_now == warmed(5, m=0.99)
+
+
+@pytest.mark.parametrize("k", [1.0, 2.0])
+def test_warmup_tortoise_is_the_polynomially_weighted_average_of_hare_iterates(k):
+    # k = 1: the running mean of the Hare's iterates; k = 2: weights 1, 2, 3, ...; neither
+    # puts any weight on the initialisation.
+    op = create("hare-tortoise", **{**SMALL, "ema_momentum": 0.999, "reset_every": 1000,
+                                    "ema_warmup": k})
+    rng = np.random.default_rng(4)
+    iterates = []
+    for _ in range(9):
+        op.learn_many(rng.normal(0, 2, (8, 5)), rng.integers(0, 3, 8))
+        iterates.append(params_of(op.hare))
+    w = np.arange(1, 10, dtype=float) ** (k - 1)
+    for j, t in enumerate(op.tortoise.parameters()):
+        want = sum(wi * it[j].double() for wi, it in zip(w, iterates, strict=True)) / w.sum()
+        torch.testing.assert_close(t.double(), want, rtol=1e-5, atol=1e-6)
 
 
 def test_ema_covers_float_buffers_and_copies_integer_buffers():
@@ -380,7 +400,7 @@ def test_chained_alarm_resets_the_hare_and_empties_the_buffer():
     assert op.buffer_len == 40 and op.n_alarm_resets == 0
     hare_before = params_of(op.hare)
     run(op, [{**records[64], "y": None, "alarm": True}])  # predicted, then the reset
-    assert op.n_alarm_resets == 1 and op.buffer_len == 0 and op.ema_momentum_now == 0.1
+    assert op.n_alarm_resets == 1 and op.buffer_len == 0 and op.ema_momentum_now == 0.0
     for h, t in zip(op.hare.parameters(), op.tortoise.parameters(), strict=True):
         assert torch.equal(h, t)
     assert not all(torch.equal(a, b) for a, b in zip(hare_before, params_of(op.hare),

@@ -1,0 +1,97 @@
+"""The codec's fast paths (orjson parsing, the C encoder with a hook) give exactly what the
+standard-library rule gives: same records from bytes, same bytes from records."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from shiftwatch.deploy.kafka_checkpoint import state_bytes
+from shiftwatch.operators.codec import (
+    _ENCODER,
+    decode_record,
+    dumps_record,
+    jsonable,
+    parse_object,
+)
+from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.operators.state_codec import dumps_state, loads_state
+
+
+def reference_dumps(record):
+    return _ENCODER.encode(jsonable(record))
+
+
+class Sub(dict):
+    pass
+
+
+RECORDS = [
+    {"key": "a", "v": np.float32(0.1), "n": np.int64(3), "b": np.bool_(True), "x": float("nan")},
+    {"key": True, "d": {True: 1, None: 2, 1.5: 3, 2: 4}},
+    {"a": (1, 2.5, np.inf)},
+    {"a": np.array([1.0, np.nan])},
+    {"a": np.array([[1, 2]]), "s": np.str_("x")},
+    {"a": b"bytes", "e": "\u00e9\u2028\ud800"},
+    {"dl": DeadLetter(raw=b"x", reason="r", origin={"offset": 1})},
+    {"o": object},
+    {"a": [{"b": {(1, 2): 3}}]},
+    {"f": 1e16, "g": 1e-5, "h": -0.0, "i": np.float64(np.nan), "j": 2 ** 70},
+    {"m": {"k": np.float64(2.5)}, "l": [np.int32(1), None], "sub": Sub({1.5: 2})},
+    {"key": "k1", "ts": 1.0, "offset": 5, "alarm": False, "lower": None, "upper": 0.5,
+     "input": {"topic": "t", "partition": 0, "offset": 5, "n": 0}},
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=range(len(RECORDS)))
+def test_dumps_record_equals_the_jsonable_rule(record):
+    assert dumps_record(record) == reference_dumps(record)
+
+
+def test_parse_object_equals_json_on_random_numbers():
+    rng = random.Random(0)
+    for _ in range(3000):
+        x = rng.choice([rng.random(), rng.uniform(-1e300, 1e300),
+                        rng.gauss(0, 1) * 10 ** rng.randint(-300, 300),
+                        rng.randint(-2 ** 70, 2 ** 70), rng.randint(-10 ** 6, 10 ** 6)])
+        texts = [repr(x), str(x)] + ([f"{x:.17e}", f"{x:.3g}"] if isinstance(x, float) else [])
+        for t in texts:
+            data = f'{{"v": {t}, "w": [{t}], "s": "{t}"}}'.encode()
+            got, want = parse_object(data), json.loads(data)
+            assert got == want
+            assert repr(got["v"]) == repr(want["v"]) and type(got["v"]) is type(want["v"])
+
+
+@pytest.mark.parametrize("data", [b'{"v": NaN}', b'{"v": 1e400}', b'{"s": "\\ud800"}',
+                                  b'{"a": 1, "a": 2}', b'{"big": 123456789012345678901}',
+                                  "{\"v\": 1}".encode("utf-16"), b"\xef\xbb\xbf{}"])
+def test_parse_object_falls_back_to_the_standard_rule(data):
+    try:
+        want = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        with pytest.raises(BadInput):
+            parse_object(data)
+    else:
+        assert json.dumps(parse_object(data)) == json.dumps(want)  # NaN-safe
+
+
+def test_decode_record_fast_path_keeps_the_checks():
+    assert decode_record(b'{"value": 2, "ts": "3"}') == {"value": 2.0, "ts": 3.0}
+    assert decode_record(b'{"value": true}')["value"] == 1.0
+    with pytest.raises(BadInput, match="not finite"):
+        decode_record(b'{"value": NaN}')
+    with pytest.raises(BadInput, match="ts is not finite"):
+        decode_record(b'{"value": 1.0, "ts": -Infinity}')
+    got = decode_record(b'{"value": 1.5, "meta": {"a": 1}}', meta={"kafka": {"offset": 3}})
+    assert got["meta"] == {"a": 1, "kafka": {"offset": 3}}
+
+
+def test_state_bytes_round_trip_is_exact():
+    rng = np.random.default_rng(0)
+    state = {"x": rng.normal(size=50), "f": [float(v) for v in rng.normal(size=50) * 1e-300],
+             "inf": float("inf"), "t": (1, "\u00e9"), 3: None, "big": 2 ** 70}
+    for s in (state, {k: v for k, v in state.items() if k != "big"}):
+        assert dumps_state(loads_state(state_bytes(s))) == dumps_state(s)
