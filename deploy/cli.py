@@ -20,13 +20,11 @@ from typing import Any
 
 import yaml
 
+from shiftwatch.deploy.errors import UserError
+
 __all__ = ["main", "parse_params", "load_labels"]
 
 EXIT_USAGE = 2
-
-
-class UserError(ValueError):
-    """An error caused by the command line or its inputs: printed as one line, exit status 2."""
 
 
 @contextlib.contextmanager

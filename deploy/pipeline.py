@@ -47,6 +47,8 @@ from typing import Any
 
 import yaml
 
+from shiftwatch.deploy.errors import UserError
+
 __all__ = [
     "PipelineError",
     "PipelineConfig",
@@ -94,7 +96,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-class PipelineError(ValueError):
+class PipelineError(UserError):
     """A pipeline file that cannot run: the message is one line naming file and place."""
 
 
