@@ -97,12 +97,23 @@ def _read_all(bootstrap: str, topic: str, client: dict) -> list:
             return []
         c.assign(tps)
         c.seek_to_beginning(*tps)
-        ends = c.end_offsets(tps)
+        # tansu can list an end offset below the real one; every fetch response carries the
+        # true high-water mark, so read until idle and at or past both.
+        listed = c.end_offsets(tps)
         msgs: list = []
         deadline = time.monotonic() + 15
-        while any(c.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-            for batch in c.poll(timeout_ms=200).values():
+        idle_since = time.monotonic()
+        while time.monotonic() < deadline:
+            got = c.poll(timeout_ms=200)
+            now = time.monotonic()
+            for batch in got.values():
                 msgs.extend(batch)
+            if got:
+                idle_since = now
+                continue
+            ends = {tp: max(listed[tp], c.highwater(tp) or 0) for tp in tps}
+            if all(c.position(tp) >= ends[tp] for tp in tps) and now - idle_since > 0.5:
+                break
         return msgs
     finally:
         c.close()

@@ -256,7 +256,12 @@ class ChangelogReader:
             got = self._consumer.poll(timeout_ms=200)
             for tp, msgs in got.items():
                 messages[tp.partition].extend((m.key, m.value) for m in msgs)
-            if not got and all(self._consumer.position(tp) >= ends.get(tp, 0) for tp in tps):
+            if got:
+                continue
+            # every fetch response carries the true high-water mark: never stop short of it
+            if all(self._consumer.position(tp) >= max(ends.get(tp, 0),
+                                                        self._consumer.highwater(tp) or 0)
+                   for tp in tps):
                 break
         self._consumer.assign([])
         return {tp.partition: restore(messages[tp.partition], topic, tp.partition)

@@ -19,64 +19,54 @@ Standardize(field='value', burn_in=10, emit_burn_in=True, min_std=1e-09)
 
 from __future__ import annotations
 
-import importlib
+from shiftwatch._lazy import lazy_exports
 
 #: public name -> module that defines it (imported on first attribute access)
 _LAZY = {
-    "BadInput": "records",
-    "DeadLetter": "records",
-    "PASSTHROUGH_FIELDS": "records",
-    "get_field": "records",
-    "as_scalar": "records",
-    "as_array": "records",
-    "encode_state": "state_codec",
-    "decode_state": "state_codec",
-    "dumps_state": "state_codec",
-    "loads_state": "state_codec",
-    "register_state_extension": "state_codec",
-    "Operator": "contract",
-    "OperatorInfo": "registry",
-    "register": "registry",
-    "register_prefix": "registry",
-    "create": "registry",
-    "resolve": "registry",
-    "list_operators": "registry",
-    "registered_names": "registry",
-    "Keyed": "keyed",
-    "WithInput": "with_input",
-    "StateRefused": "object_state",
-    "encode_object": "object_state",
-    "decode_object": "object_state",
-    "RiverDetector": "river_adapter",
-    "river_detector_names": "river_adapter",
-    "Standardize": "transforms",
-    "HareTortoise": "hare_tortoise",
-    "ConfSeqDetector": "confseq",
-    "ConfSeqOperator": "confseq",
-    "Manifold": "manifolds",
-    "SPD": "manifolds",
-    "Grassmann": "manifolds",
-    "Sphere": "manifolds",
-    "KarcherDetector": "riemannian",
-    "KarcherOperator": "riemannian",
-    "calibrate_threshold": "riemannian",
-    "WindowCovariance": "manifold_transforms",
-    "WindowSubspace": "manifold_transforms",
-    "NormalizeSphere": "manifold_transforms",
-    "CILA": "cila",
+    "BadInput": ".records",
+    "DeadLetter": ".records",
+    "PASSTHROUGH_FIELDS": ".records",
+    "get_field": ".records",
+    "as_scalar": ".records",
+    "as_array": ".records",
+    "encode_state": ".state_codec",
+    "decode_state": ".state_codec",
+    "dumps_state": ".state_codec",
+    "loads_state": ".state_codec",
+    "register_state_extension": ".state_codec",
+    "Operator": ".contract",
+    "OperatorInfo": ".registry",
+    "register": ".registry",
+    "register_prefix": ".registry",
+    "create": ".registry",
+    "resolve": ".registry",
+    "list_operators": ".registry",
+    "registered_names": ".registry",
+    "Keyed": ".keyed",
+    "WithInput": ".with_input",
+    "StateRefused": ".object_state",
+    "encode_object": ".object_state",
+    "decode_object": ".object_state",
+    "RiverDetector": ".river_adapter",
+    "river_detector_names": ".river_adapter",
+    "Standardize": ".transforms",
+    "HareTortoise": ".hare_tortoise",
+    "ConfSeqDetector": ".confseq",
+    "ConfSeqOperator": ".confseq",
+    "Manifold": ".manifolds",
+    "SPD": ".manifolds",
+    "Grassmann": ".manifolds",
+    "Sphere": ".manifolds",
+    "KarcherDetector": ".riemannian",
+    "KarcherOperator": ".riemannian",
+    "calibrate_threshold": ".riemannian",
+    "WindowCovariance": ".manifold_transforms",
+    "WindowSubspace": ".manifold_transforms",
+    "NormalizeSphere": ".manifold_transforms",
+    "CILA": ".cila",
 }
 
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shiftwatch.operators' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"shiftwatch.operators.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

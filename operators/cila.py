@@ -39,11 +39,10 @@ import numpy as np
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.linear_probe import LinearProbe
 from shiftwatch.operators.records import BadInput, as_array, get_field
-from shiftwatch.operators.registry import create
 from shiftwatch.operators.registry import register as _register
 from shiftwatch.operators.replay import ClassBalancedBuffer, Reservoir
 from shiftwatch.operators.state_codec import decode_state, encode_state
-from shiftwatch.operators.task_boundaries import BOUNDARIES, TaskBoundaries
+from shiftwatch.operators.task_boundaries import BOUNDARIES, TaskBoundaries, check_inner_detector
 from shiftwatch.operators.torch_nets import (
     TorchThreads,
     check_int,
@@ -376,15 +375,7 @@ class CILA(Operator):
         s = self.augment_strength
         if not isinstance(s, numbers.Real) or isinstance(s, bool) or not 0 <= s < 1:
             raise ValueError(f"augment_strength must be a number in [0, 1), got {s!r}")
-        if self.detector is not None:
-            if self.detector_params is not None and not isinstance(self.detector_params,
-                                                                   Mapping):
-                raise ValueError("detector_params must be a mapping of the detector's "
-                                 f"parameters, got {self.detector_params!r}")
-            try:
-                create(self.detector, **dict(self.detector_params or {}))
-            except ValueError as exc:
-                raise ValueError(f"detector: {exc}") from None
+        check_inner_detector(self.detector, self.detector_params)
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
 

@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency; kept optional 
 
 from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 
-__all__ = ["parse_object", "as_value", "decode_record", "jsonable", "dumps_record",
+__all__ = ["parse_object", "as_value", "decode_record", "jsonable", "key_text", "dumps_record",
            "encode_record"]
 
 _DECODER = json.JSONDecoder()
@@ -167,7 +167,7 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return jsonable(obj.tolist())
     if isinstance(obj, Mapping):
-        return {(k if isinstance(k, str) else _key_text(k)): jsonable(v) for k, v in obj.items()}
+        return {(k if isinstance(k, str) else key_text(k)): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
     if isinstance(obj, DeadLetter):
@@ -179,8 +179,9 @@ def jsonable(obj: Any) -> Any:
     return repr(obj)
 
 
-def _key_text(key: Any) -> str:
-    # Record keys may be ints or (from JSON) lists; reports index by a stable string.
+def key_text(key: Any) -> str:
+    """A record key as a stable string (keys may be ints, or lists from JSON): how reports
+    and JSON objects index per-key results."""
     if isinstance(key, str):
         return key
     if isinstance(key, (tuple, list)):

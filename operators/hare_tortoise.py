@@ -25,6 +25,7 @@ from shiftwatch.operators.records import BadInput, DeadLetter, as_array, get_fie
 from shiftwatch.operators.registry import create, register
 from shiftwatch.operators.replay import Reservoir
 from shiftwatch.operators.state_codec import decode_state, encode_state
+from shiftwatch.operators.task_boundaries import check_inner_detector
 from shiftwatch.operators.torch_nets import (
     TorchThreads,
     check_int,
@@ -316,19 +317,9 @@ class HareTortoise(Operator):
                 and not METHODS[self.method][0]):
             raise ValueError(f"reset_to='tortoise' needs a method with a Tortoise, not "
                              f"{self.method!r}; use reset_to='full'")
-        if self.detector is not None:
-            if self.reset_on != "alarm":
-                raise ValueError("detector needs reset_on='alarm'")
-            if self.detector_params is not None and not isinstance(self.detector_params,
-                                                                   Mapping):
-                raise ValueError("detector_params must be a mapping of the detector's "
-                                 f"parameters, got {self.detector_params!r}")
-            try:
-                create(self.detector, **dict(self.detector_params or {}))
-            except (ValueError, TypeError) as exc:
-                raise ValueError(f"detector: {exc}") from None
-        elif self.detector_params is not None:
-            raise ValueError("detector_params needs a detector")
+        if self.detector is not None and self.reset_on != "alarm":
+            raise ValueError("detector needs reset_on='alarm'")
+        check_inner_detector(self.detector, self.detector_params)
         positive_int("min_reset_gap", 0)
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")

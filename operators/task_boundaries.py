@@ -19,7 +19,7 @@ from typing import Any
 
 from shiftwatch.operators.registry import create
 
-__all__ = ["TaskBoundaries", "BOUNDARIES"]
+__all__ = ["TaskBoundaries", "BOUNDARIES", "check_inner_detector"]
 
 BOUNDARIES = ("auto", "task", "label", "alarm")
 
@@ -82,3 +82,19 @@ class TaskBoundaries:
 
     def close(self) -> None:
         self.open = False
+
+
+def check_inner_detector(detector: str | None, detector_params: Any) -> None:
+    """Validate a learner's inner detector: a registered name and a mapping of its
+    parameters (constructed once, so a bad parameter is a ``ValueError`` at construction)."""
+    if detector is None:
+        if detector_params is not None:
+            raise ValueError("detector_params needs a detector")
+        return
+    if detector_params is not None and not isinstance(detector_params, Mapping):
+        raise ValueError("detector_params must be a mapping of the detector's parameters, "
+                         f"got {detector_params!r}")
+    try:
+        create(detector, **dict(detector_params or {}))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"detector: {exc}") from None

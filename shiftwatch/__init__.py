@@ -16,7 +16,7 @@ methods and the operator contract), :mod:`shiftwatch.sinks` (outputs and evaluat
 
 from __future__ import annotations
 
-import importlib
+from shiftwatch._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -49,14 +49,4 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shiftwatch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

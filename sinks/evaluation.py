@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from shiftwatch.operators.codec import jsonable, key_text
 from shiftwatch.sinks.base import Sink
-from shiftwatch.sinks.files import _key_text, jsonable
 from shiftwatch.sinks.metrics import (
     accuracy_matrix,
     average_accuracy,
@@ -460,7 +460,7 @@ class EvaluationSink(Sink):
 
         path = os.path.join(self.out_dir, "report.html")
         try:
-            page = render_html_report(report, list(self._plot_data.items()), _key_text,
+            page = render_html_report(report, list(self._plot_data.items()), key_text,
                                       parameters=jsonable(self.parameters or {}))
             with open(path + ".tmp", "w", encoding="utf-8") as fh:
                 fh.write(page)
@@ -497,7 +497,7 @@ class EvaluationSink(Sink):
                 isinstance(v, Mapping) for v in ann.values()):
             return next(iter(ann.values()))  # one {name: {annotator: [...]}}, not a key
         if self._mode == "per key":
-            found = ann[key] if key in ann else ann.get(_key_text(key))
+            found = ann[key] if key in ann else ann.get(key_text(key))
             if found is not None and not isinstance(found, Mapping):
                 return {"labels": list(found)}  # {key: [positions]}
             return found
@@ -543,7 +543,7 @@ class EvaluationSink(Sink):
             if learner_outputs:
                 entry["learner"] = _learner_metrics([learner_outputs])
                 pooled_learner.append((key, learner_outputs))
-            keys[_key_text(key)] = entry
+            keys[key_text(key)] = entry
             plot_data[key] = data
         self._plot_data = plot_data
 
@@ -569,15 +569,15 @@ class EvaluationSink(Sink):
         ann = self.annotations
         if ann is None or len(ann) == 0:
             return None
-        keys = {_key_text(k) for k in self._traces}
+        keys = {key_text(k) for k in self._traces}
         if isinstance(ann, Mapping) and all(isinstance(v, Mapping) for v in ann.values()):
-            if len(ann) == 1 and keys and not keys & {_key_text(n) for n in ann}:
+            if len(ann) == 1 and keys and not keys & {key_text(n) for n in ann}:
                 return "shared by all keys"  # e.g. a TCPD file: {data set: {annotator: [...]}}
             return "per key"
         if isinstance(ann, Mapping) and self._traces:
             # {name: [positions]}: per key when every name is a key of the stream, else the
             # names are annotators whose points apply to every key.
-            if all(_key_text(name) in keys for name in ann):
+            if all(key_text(name) in keys for name in ann):
                 return "per key"
         return "shared by all keys"
 
@@ -731,13 +731,13 @@ def _learner_metrics(groups: list[list[dict]]) -> dict:
             triples = [t for g in renamed for t in evaluation_triples(g)]
             by_task: dict[str, list[int]] = {}
             for _, task, correct in triples:
-                hits = by_task.setdefault(_key_text(task), [0, 0])
+                hits = by_task.setdefault(key_text(task), [0, 0])
                 hits[0] += correct
                 hits[1] += 1
             metrics["accuracy_by_task"] = {t: h / c for t, (h, c) in by_task.items()}
             m = accuracy_matrix(triples)
             metrics["accuracy_matrix"] = {
-                "tasks": [_key_text(t) for t in m.tasks],
+                "tasks": [key_text(t) for t in m.tasks],
                 "R": m.R,
                 "counts": m.counts,
             }
@@ -835,7 +835,7 @@ def _located_marks(ax: Any, located: Sequence[int], x: Any = None) -> None:
 
 
 def _key_title(key: Any) -> str:
-    return "unkeyed stream" if key is None else f"key {_key_text(key)}"
+    return "unkeyed stream" if key is None else f"key {key_text(key)}"
 
 
 def _panel_title(fig: Any, name: str, what: str, shown: int, total: int) -> None:
@@ -973,7 +973,7 @@ def _plot_accuracy(data: list, max_panels: int, name: str) -> Any:
                 [outputs[i]["y"] for i in idx], [outputs[i][field] for i in idx]
             )
             ax2.plot(
-                idx, curve, linewidth=0.9, marker=".", markersize=2, label=f"task {_key_text(task)}"
+                idx, curve, linewidth=0.9, marker=".", markersize=2, label=f"task {key_text(task)}"
             )
         ax2.set_ylim(-0.02, 1.02)
         ax2.set_ylabel(f"cumulative accuracy per task ({field})")

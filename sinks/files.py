@@ -32,15 +32,6 @@ __all__ = [
 ]
 
 
-def _key_text(key: Any) -> str:
-    # Record keys may be ints or (from JSON) lists; reports index by a stable string.
-    if isinstance(key, str):
-        return key
-    if isinstance(key, (tuple, list)):
-        return json.dumps(jsonable(key))
-    return str(jsonable(key))
-
-
 _dumps = dumps_record  # one encoding for files and Kafka topics
 
 

@@ -10,7 +10,7 @@ dependencies (River, SciPy, kafka-python) until a source needs them.
 
 from __future__ import annotations
 
-import importlib
+from shiftwatch._lazy import lazy_exports
 
 #: public name -> module that defines it (imported on first attribute access, PEP 562)
 _LAZY = {
@@ -36,14 +36,4 @@ _LAZY = {
 __all__ = [*_LAZY]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
