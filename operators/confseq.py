@@ -548,7 +548,7 @@ class ConfSeqOperator(Operator):
     Examples
     --------
     >>> import numpy as np
-    >>> from operators import create
+    >>> from shiftwatch.operators import create
     >>> rng = np.random.default_rng(3)
     >>> x = np.r_[rng.normal(5, 2, 300), rng.normal(9, 2, 300)]
     >>> outs = create("cs", alpha=0.01).process_batch(

@@ -231,7 +231,7 @@ class RiverDetector(Operator):
     Examples
     --------
     >>> import numpy as np
-    >>> from operators import create
+    >>> from shiftwatch.operators import create
     >>> rng = np.random.default_rng(7)
     >>> x = np.r_[rng.normal(0, 1, 500), rng.normal(3, 1, 500)]
     >>> op = create("river:ADWIN", delta=0.002)

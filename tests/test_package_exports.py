@@ -148,3 +148,25 @@ def test_the_layering_check_sees_imports_inside_functions(tmp_path):
     assert _imports(fake) == {"shiftwatch.streams.synthetic", "shiftwatch.operators",
                               "shiftwatch.operators.records"}
     assert _imports(fake, module_level_only=True) == set()
+
+
+def test_nothing_imports_the_folders_by_their_bare_names():
+    # `import operators` from the repository root would load a second copy of a package
+    # (a second operator registry); code, doctests and docs use `shiftwatch.*`.
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bare = re.compile(r"^\s*(>>> |\.\.\. )?(from|import) (operators|streams|sinks|deploy)\b")
+    found = []
+    for folder in ("operators", "streams", "sinks", "deploy", "shiftwatch", "tests",
+                   "benchmarks"):
+        for path in (root / folder).rglob("*.py"):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if bare.match(line):
+                    found.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    for path in [root / "README.md", root / "DEVELOPERS.md"]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if bare.match(line):
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
