@@ -112,6 +112,8 @@ def test_operators_never_import_streams_sinks_or_deploy(path):
 #: What sources and sinks may import from below: the record and dead letter, and the
 #: record <-> bytes codec (task B's ground-floor module, which imports only records).
 STREAMS_SINKS_MAY_IMPORT = {"shiftwatch.operators.records", "shiftwatch.operators.codec"}
+#: The top-level helper every package __init__ uses for its lazy re-exports (stdlib only).
+TOP_LEVEL_HELPERS = {"shiftwatch._lazy"}
 
 
 @pytest.mark.parametrize("path", _modules("streams") + _modules("sinks"),
@@ -122,8 +124,10 @@ def test_streams_and_sinks_import_only_records_from_below(path):
                and _shiftwatch_package(n) not in (own, None)}
     # `from shiftwatch.operators.records import X` also yields ...records.X: drop those.
     foreign = {n for n in foreign if not any(n.startswith(m + ".")
-                                             for m in STREAMS_SINKS_MAY_IMPORT)}
-    assert foreign <= STREAMS_SINKS_MAY_IMPORT, f"{path.name} imports {foreign}"
+                                             for m in STREAMS_SINKS_MAY_IMPORT
+                                             | TOP_LEVEL_HELPERS)}
+    assert foreign <= STREAMS_SINKS_MAY_IMPORT | TOP_LEVEL_HELPERS, \
+        f"{path.name} imports {foreign}"
     assert not {n.split(".")[0] for n in _imports(path)} & {"streams", "sinks", "deploy",
                                                              "operators"}
 
@@ -131,11 +135,17 @@ def test_streams_and_sinks_import_only_records_from_below(path):
 @pytest.mark.parametrize("module", sorted(STREAMS_SINKS_MAY_IMPORT))
 def test_what_streams_and_sinks_import_stays_on_the_ground_floor(module):
     path = ROOT / "operators" / f"{module.rsplit('.', 1)[1]}.py"
-    if not path.exists():
-        pytest.skip(f"{module} does not exist (yet)")
+    assert path.exists(), f"{module} is allowed to streams and sinks but does not exist"
     ours = {n for n in _imports(path) if n.startswith("shiftwatch")}
     assert {n for n in ours if not n.startswith("shiftwatch.operators.records")} == set()
     assert not {n.split(".")[0] for n in _imports(path)} & HEAVY
+
+
+def test_the_top_level_helpers_import_only_the_standard_library():
+    for module in TOP_LEVEL_HELPERS:
+        path = ROOT / "shiftwatch" / f"{module.rsplit('.', 1)[1]}.py"
+        names = {n.split(".")[0] for n in _imports(path)}
+        assert not names & {"shiftwatch", "numpy", *HEAVY}, f"{module} imports {names}"
 
 
 def test_the_layering_check_sees_imports_inside_functions(tmp_path):
