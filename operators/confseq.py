@@ -11,7 +11,7 @@ dropped unless ``prune`` asks for it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,10 +28,15 @@ from shiftwatch.operators.confseq_kernels import (
     N_SCALARS,
     OUT_ROWS,
     S_ALARM,
+    S_ARGHI,
+    S_ARGLO,
     S_BURN,
     S_CENTER,
     S_LOWER,
+    S_N,
     S_SCALE,
+    S_TSHI,
+    S_TSLO,
     S_UPPER,
     S_VAR,
     cs_betting_run,
@@ -57,8 +62,12 @@ BET_GRID = 100
 BET_LAMBDAS = 4.0 * 0.5 ** np.arange(8)
 QUANTILE_LAMBDAS = 0.5 ** np.arange(6)
 _LOG_PI2_6 = math.log(math.pi ** 2 / 6.0)
+#: Entries appended to a ``_scalars`` / ``_last`` of an earlier release's length.
+_OLD_LENGTHS = {"_scalars": {10: [0.0, 0.0, np.nan, np.nan], 12: [np.nan, np.nan]},
+                "_last": {3: [-1.0, np.nan], 4: [np.nan]}}
 #: update_many runs the kernel over chunks of this many values.
 _CHUNK = 1 << 15
+_NO_TS = np.zeros(0)
 
 
 #: The compiled single-value kernels, filled on first use by _compile_steps.
@@ -266,12 +275,16 @@ class ConfSeqDetector(river_base.DriftDetector):
             n_hulls = 1 if shared or self.prune else N_LAMBDAS
             self._hull_x = np.zeros((2, n_hulls, cap))
             self._hull_y = np.zeros((2, n_hulls, cap))
+            self._hull_t = np.full((2, n_hulls, cap), np.nan)  # ts of each hull point
             self._hull_size = np.zeros((2, N_LAMBDAS), dtype=np.int64)
             self._walk = np.zeros((2, N_LAMBDAS))
             k = self.prune or 1
             self._ring_y = np.zeros((2, N_LAMBDAS, k))
             self._ring_best = np.zeros((2, k))
+            self._ring_t = np.full(k, np.nan)
             self._hint = np.zeros((2, N_LAMBDAS))  # where the tangent queries start walking
+            # The kernel's skip-filter cache (not state; NaN in the last column: recompute).
+            self._support = np.full((2, 2 * N_LAMBDAS + 2), np.nan)
         else:
             if self.cs == "betting":
                 theta = (np.arange(BET_GRID) + 0.5) / BET_GRID
@@ -292,7 +305,8 @@ class ConfSeqDetector(river_base.DriftDetector):
             self._log_thr = math.log(2.0 * n_bets / alpha) + extra
             self._cap_plus = np.zeros_like(self._lam_plus)
             self._cap_minus = np.zeros_like(self._lam_plus)
-        self._last = np.array([0.0, -np.inf, np.inf, -1.0])
+        self._last = np.array([0.0, -np.inf, np.inf, -1.0, np.nan])
+        self._step = None  # the compiled single-value kernel, bound by the first update
         self._one = np.zeros(1)
         self._hull = self.cs in _HULL
         self._bounded = self.bounded
@@ -338,7 +352,7 @@ class ConfSeqDetector(river_base.DriftDetector):
 
     #: Underscore attributes that are derived from the parameters, not learned.
     _CONFIG = ("_grid", "_lam_plus", "_lam_minus", "_log_thr", "_drift_detected", "_one",
-               "_params", "_buf", "_meta", "_hint")
+               "_params", "_buf", "_meta", "_hint", "_support", "_step")
 
     def state_dict(self) -> dict:
         """The learned state: NumPy arrays only (a copy)."""
@@ -349,22 +363,49 @@ class ConfSeqDetector(river_base.DriftDetector):
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a state from :meth:`state_dict` of a detector with the same parameters."""
         mine = self.state_dict()
+        state = dict(state)
+        if self._hull and "_hull_x" in state:
+            # Written before hull points kept their ts: none known.
+            state.setdefault("_hull_t", np.full(np.shape(state["_hull_x"]), np.nan))
+            state.setdefault("_ring_t", np.full(mine["_ring_t"].shape, np.nan))
         if set(state) != set(mine):
             raise ValueError(f"state_dict keys {sorted(state)} do not match {sorted(mine)}")
         new = {}
         for k, v in state.items():
             arr = np.asarray(v)
-            if k in ("_scalars", "_last") and arr.ndim == 1 and arr.shape[0] < mine[k].shape[0] \
-                    and arr.shape[0] in (10, 3) and arr.dtype == mine[k].dtype:
-                # A state written before the kernels located changes: no start recorded yet.
-                arr = np.r_[arr, 0.0, 0.0] if k == "_scalars" else np.r_[arr, -1.0]
+            if k in ("_scalars", "_last") and arr.ndim == 1 and arr.dtype == mine[k].dtype \
+                    and arr.shape[0] in _OLD_LENGTHS[k]:
+                # Written by an earlier release: no located start (10, 3) or no ts (12, 4).
+                arr = np.r_[arr, _OLD_LENGTHS[k][arr.shape[0]]]
             if arr.dtype != mine[k].dtype or (arr.shape != mine[k].shape
-                                              and k not in ("_hull_x", "_hull_y")):
+                                              and k not in ("_hull_x", "_hull_y", "_hull_t")):
                 raise ValueError(f"state_dict entry {k} has the wrong dtype or shape")
             new[k] = arr.copy()
+        if self._hull and not (new["_hull_x"].shape == new["_hull_y"].shape
+                               == new["_hull_t"].shape):
+            raise ValueError("state_dict entries _hull_x, _hull_y, _hull_t differ in shape")
         for k, v in new.items():
             setattr(self, k, v)
+        if self._hull:
+            self._support = np.full((2, 2 * N_LAMBDAS + 2), np.nan)
         self._pack()
+
+    def _fill_ts(self, ts_at: Callable[[int], float | None], count: int) -> None:
+        """Set the ts of the hull points and located starts from ``ts_at(position)``, where
+        ``count`` values were fed so far (upgrading a state of an earlier release)."""
+        if not self._hull:
+            return
+        scal = self._scalars
+        first = count - int(scal[S_N])  # position of the current run's index 0
+        size = self._hull_size
+        for s in range(2):
+            for j in range(size.shape[1] if not self.prune else 0):
+                for k in range(int(size[s, j])):
+                    t = ts_at(first + int(self._hull_x[s, j, k]))
+                    self._hull_t[s, j, k] = np.nan if t is None else t
+        for arg, tsi in ((S_ARGLO, S_TSLO), (S_ARGHI, S_TSHI)):
+            t = ts_at(first + int(scal[arg]))
+            scal[tsi] = np.nan if t is None else t
 
     # ---- updating -------------------------------------------------------------------
 
@@ -389,11 +430,13 @@ class ConfSeqDetector(river_base.DriftDetector):
                                f"[lower, upper] = [{self.lower}, {self.upper}]")
         return arr
 
-    def _run(self, xs: np.ndarray, stop_at_alarm: bool = False) -> np.ndarray:
-        """Feed checked values; return ``out`` with rows alarm, lower, upper, located lag.
+    def _run(self, xs: np.ndarray, stop_at_alarm: bool = False,
+             ts: np.ndarray = _NO_TS) -> np.ndarray:
+        """Feed checked values; return ``out`` with rows alarm, lower, upper, located lag, ts.
 
-        With ``stop_at_alarm`` it stops right after the first alarm: ``out`` then has one
-        column per value consumed.
+        ``ts`` (float64, NaN for none; or empty) are the values' ``ts``, kept with the hull
+        points for the located start's ``ts`` (row 4 at an alarm). With ``stop_at_alarm`` it
+        stops right after the first alarm: ``out`` then has one column per value consumed.
         """
         out = np.empty((OUT_ROWS, xs.shape[0]))
         if xs.shape[0] == 0:
@@ -404,7 +447,8 @@ class ConfSeqDetector(river_base.DriftDetector):
                 done = cs_hull_run(xs, done, self.cs == "empirical-bernstein", self.pfa,
                                    self._grid, self._hull_x, self._hull_y, self._hull_size,
                                    self._walk, self._scalars, self._burn, self._ring_y,
-                                   self._ring_best, out, stop_at_alarm, self._hint)
+                                   self._ring_best, out, stop_at_alarm, self._hint, ts,
+                                   self._hull_t, self._ring_t, self._support)
                 if done == xs.shape[0] or (stop_at_alarm and out[0, done - 1] != 0.0):
                     break
                 self._grow()
@@ -420,7 +464,7 @@ class ConfSeqDetector(river_base.DriftDetector):
 
     def _grow(self) -> None:
         cap = self._hull_x.shape[2]
-        for name in ("_hull_x", "_hull_y"):
+        for name in ("_hull_x", "_hull_y", "_hull_t"):
             old = getattr(self, name)
             new = np.zeros((2, old.shape[1], 2 * cap))
             new[:, :, :cap] = old
@@ -432,12 +476,11 @@ class ConfSeqDetector(river_base.DriftDetector):
         if type(x) is not float or x - x != 0.0 or (
                 self._bounded and not self.lower <= x <= self.upper):
             x = float(self._check(x))
-        steps = _STEPS or _compile_steps()
-        if self._hull:
-            while not steps[0](x, self._buf, self._meta):
-                self._grow()
-        else:
-            steps[1](x, self._buf, self._meta)
+        step = self._step
+        if step is None:  # bound on first use (compiles or loads the kernel)
+            step = self._step = (_STEPS or _compile_steps())[0 if self._hull else 1]
+        while not step(x, self._buf, self._meta):  # 0: a hull array is full
+            self._grow()
 
     def update_many(self, xs: Iterable[float]) -> np.ndarray:
         """Update with every value of ``xs``; return the positions of the alarms in ``xs``.
@@ -496,6 +539,13 @@ def _ts(record: Mapping) -> float | None:
     if isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool):
         return float(ts)
     return None
+
+
+def _ts_array(ts: list) -> np.ndarray:
+    """The ``ts`` of a batch as float64, NaN for none (empty when no record had one)."""
+    if not ts or all(t is None for t in ts):
+        return _NO_TS
+    return np.array([np.nan if t is None else t for t in ts], dtype=np.float64)
 
 
 @register("cs")
@@ -628,8 +678,12 @@ class ConfSeqOperator(Operator):
         params["alpha"] = float(self.alpha) / d
         self._detectors = [ConfSeqDetector(**params) for _ in range(d)]
         self._shape = list(shape)
-        if self.locate is not False or self.restart:
+        if self._needs_window():
             self._window = self._new_window(d if shape else 0)
+
+    def _needs_window(self) -> bool:
+        # The CS start is located (with its ts) by the kernels: no window, unless restarting.
+        return self.restart or self.locate_kind not in ("cs", None)
 
     def _new_window(self, dim: int) -> ValueWindow:
         # Locating from the CS start needs only positions and the located record's ts; the
@@ -659,6 +713,12 @@ class ConfSeqOperator(Operator):
             det.load_state_dict(doc)
         self._count = int(inner.get("count", 0))
         window = inner.get("window")
+        if window is not None and any(isinstance(doc, Mapping) and "_hull_x" in doc
+                                      and "_hull_t" not in doc for doc in docs):
+            # An earlier release kept the ts in the window: give the hull points theirs.
+            held = ValueWindow.from_state_dict(window)
+            for det in self._detectors:
+                det._fill_ts(held.ts_at, self._count)
         if window is not None and self._window is not None:
             window = ValueWindow.from_state_dict(window)
             if window.dim != (shape[0] if shape else 0):
@@ -732,9 +792,21 @@ class ConfSeqOperator(Operator):
         self._count += m
         window = self._window
         cols = [np.ascontiguousarray(matrix[:, c]) for c in range(d)]
-        if window is None:
-            return [det._run(cols[c]) for c, det in enumerate(self._detectors)], {}
         kind = self.locate_kind
+        if window is None:
+            if kind != "cs":
+                return [det._run(cols[c]) for c, det in enumerate(self._detectors)], {}
+            tarr = _ts_array(ts)
+            outs = [det._run(cols[c], ts=tarr) for c, det in enumerate(self._detectors)]
+            located = {}
+            hit = outs[0][0] != 0.0 if d == 1 else np.any([o[0] != 0.0 for o in outs], axis=0)
+            for i in np.flatnonzero(hit).tolist():
+                # The earliest located start among the coordinates that alarmed, with its ts.
+                at, t = min((base + i - int(o[3, i]), float(o[4, i])) for o in outs
+                            if o[0, i] != 0.0)
+                located[i] = (at, None if t != t else t)
+            return outs, located
+        tarr = _ts_array(ts) if kind == "cs" else _NO_TS
         pieces: list[list[np.ndarray]] = [[] for _ in range(d)]
         ptr = [0] * d
         pending: list[int | None] = [None] * d
@@ -743,7 +815,8 @@ class ConfSeqOperator(Operator):
         while True:
             for c, det in enumerate(self._detectors):
                 if pending[c] is None and ptr[c] < m:
-                    o = det._run(cols[c][ptr[c]:], stop_at_alarm=True)
+                    o = det._run(cols[c][ptr[c]:], stop_at_alarm=True,
+                                 ts=tarr[ptr[c]:] if tarr.shape[0] else tarr)
                     pieces[c].append(o)
                     ptr[c] += o.shape[1]
                     if o[0, -1] != 0.0:
@@ -756,15 +829,23 @@ class ConfSeqOperator(Operator):
             window.push_many(matrix[pushed:e + 1] if self._shape else matrix[pushed:e + 1, 0],
                              ts[pushed:e + 1])
             pushed = e + 1
-            if kind is not None:
+            if kind == "cs":
+                # The kernels' lag of the last value each alarmed detector consumed (its
+                # alarm) and that start's ts: the earliest located start.
+                at, t = min((base + e - int(pieces[c][-1][3, -1]), float(pieces[c][-1][4, -1]))
+                            for c in alarmed)
+                located[e] = (at, None if t != t else t)
+                window.drop_before(at)
+            elif kind is not None:
                 at = self._locate_at(window, base + e, alarmed, pieces, kind)
                 located[e] = (at, window.ts_at(at))
                 window.drop_before(at)
             if self.restart:
                 kept = window.values()
+                kept_ts = _ts_array([window.ts_at(p) for p in range(window.start, window.count)])
                 for c in alarmed:
                     self._detectors[c]._run(np.ascontiguousarray(
-                        kept if not self._shape else kept[:, c]))
+                        kept if not self._shape else kept[:, c]), ts=kept_ts)
             for c in alarmed:
                 pending[c] = None
         if pushed < m:
@@ -776,10 +857,6 @@ class ConfSeqOperator(Operator):
     def _locate_at(self, window: ValueWindow, position: int, alarmed: list[int],
                    pieces: list[list[np.ndarray]], kind: str) -> int:
         """The located change of an alarm at ``position`` (the window ends with it)."""
-        if kind == "cs":
-            # The kernel's lag of the last value each alarmed detector consumed (its alarm);
-            # the earliest located start over the alarmed coordinates.
-            return min(position - int(pieces[c][-1][3, -1]) for c in alarmed)
         values = window.values()
         if self._shape:
             values = values[:, alarmed]
@@ -811,7 +888,8 @@ class ConfSeqOperator(Operator):
             slots.append(None)
         if good:
             matrix = np.vstack(values)
-            ts = [_ts(r) for r in good] if self._window is not None else []
+            ts = [_ts(r) for r in good] if self._window is not None \
+                or self.locate_kind == "cs" else []
             outs, located = self._feed(matrix, ts)
             produced = iter(self._outputs(good, outs, bool(self._shape), located))
         else:

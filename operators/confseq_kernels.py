@@ -41,7 +41,7 @@ __all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "
            "HULL_STATE", "BETTING_STATE", "M_FLAG", "M_PFA", "M_LAYOUT",
            "M_HULL_SIZE",
            "S_N", "S_LOWER", "S_UPPER", "S_SUM", "S_ALARM", "S_NBURN", "S_CENTER", "S_SCALE",
-           "S_VAR", "S_BURN", "S_ARGLO", "S_ARGHI", "N_SCALARS", "OUT_ROWS"]
+           "S_VAR", "S_BURN", "S_ARGLO", "S_ARGHI", "S_TSLO", "S_TSHI", "N_SCALARS", "OUT_ROWS"]
 
 # Layout of the scalar state vector shared by both kernels.
 S_N = 0        # observations in the current run (after the burn-in)
@@ -56,7 +56,9 @@ S_VAR = 8      # sub-Gaussian variance proxy of the standardised values (constan
 S_BURN = 9     # burn-in length (0: none)
 S_ARGLO = 10   # hull CSs: run index of the start whose CS attains the max lower bound
 S_ARGHI = 11   # hull CSs: run index of the start whose CS attains the min upper bound
-N_SCALARS = 12
+S_TSLO = 12    # hull CSs: ts of the start S_ARGLO (NaN: none)
+S_TSHI = 13    # hull CSs: ts of the start S_ARGHI
+N_SCALARS = 14
 
 # Single-value path (``update``): every array of a detector lives in one float64 buffer and one
 # int64 buffer, so that a call from Python passes three arguments instead of fourteen (each
@@ -64,15 +66,15 @@ N_SCALARS = 12
 # array of ``*_STATE`` its offset in the float buffer and shape (padded with 1s to 3 axes),
 # then the hull sizes. The float arrays, in order:
 HULL_STATE = ("_grid", "_hull_x", "_hull_y", "_walk", "_scalars", "_burn", "_ring_y",
-              "_ring_best", "_last", "_one", "_hint")
+              "_ring_best", "_last", "_one", "_hint", "_hull_t", "_ring_t", "_support")
 BETTING_STATE = ("_theta", "_lam_plus", "_lam_minus", "_cap_plus", "_cap_minus", "_scalars",
                  "_burn", "_last", "_one", "_params")
 M_FLAG = 0     # empirical Bernstein (hull) / quantile (betting)
 M_PFA = 1      # alpha_m variant
 M_LAYOUT = 2   # first of the (offset, d0, d1, d2) blocks
 M_HULL_SIZE = M_LAYOUT + 4 * len(HULL_STATE)  # the (2, n_lambdas) hull sizes (hull CSs only)
-#: Rows of the kernels' ``out``: alarm, lower, upper, located lag (see cs_hull_run).
-OUT_ROWS = 4
+#: Rows of the kernels' ``out``: alarm, lower, upper, located lag, located ts (cs_hull_run).
+OUT_ROWS = 5
 
 
 @njit(cache=True)
@@ -176,8 +178,40 @@ def _finish_burn_in(scal, burn, scale_from_burn):
 
 
 @njit(cache=True)
+def _support_refresh(hull_x, hull_y, s, h, grid, v, r, sup):
+    """Recompute the skip filter of the shared hull of side ``s`` for the running max ``r``.
+
+    The filter (written out in :func:`cs_hull_run`) asks whether some ``lambda_j``'s bound may
+    exceed ``r``. For the slope ``s_j = r + a_j v`` the CS started at hull point ``k`` beats
+    ``r`` iff ``qy - d_j - hy_k - s_j (qx - hx_k) > 0``, i.e. iff ``qy - d_j - s_j qx >
+    min_k (hy_k - s_j hx_k)``. ``sup[s, j]`` keeps that minimum over every point of the run
+    (O(1) per new point while ``r`` stays), ``sup[s, J + j]`` the slope ``s_j``, ``sup[s, 2 J]``
+    the largest ``|y|`` of those points and ``sup[s, 2 J + 1]`` the ``r`` they are for; when
+    ``r`` moved they are recomputed here from the hull. The test keeps a margin of 1e-9
+    relative to the largest magnitude in either computation (the test's, or the tangent
+    query's), far above their rounding (~1e-15 relative), so it never skips a step where the
+    tangent queries would raise the running max: it only saves them where they cannot.
+    """
+    n_grid = grid.shape[1]
+    ymax = 0.0
+    for k in range(h):
+        ymax = max(ymax, abs(hull_y[s, 0, k]))
+    sup[s, 2 * n_grid] = ymax
+    for j in range(n_grid):
+        sj = r + grid[1, j] * v
+        m = np.inf
+        for k in range(h):
+            c = hull_y[s, 0, k] - sj * hull_x[s, 0, k]
+            if c < m:
+                m = c
+        sup[s, j] = m
+        sup[s, n_grid + j] = sj
+    sup[s, 2 * n_grid + 1] = r
+
+
+@njit(cache=True)
 def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk, scal, burn,
-                ring_y, ring_best, out, stop_at_alarm, hint):
+                ring_y, ring_best, out, stop_at_alarm, hint, ts, hull_t, ring_t, support):
     """Run the linear-boundary CS detector over ``xs[start:]``; return the count consumed.
 
     ``grid[0]`` holds ``lambda_j``, ``grid[1]`` the drift coefficient ``a_j`` (the walk of side
@@ -189,14 +223,25 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
 
     Locating: each side also remembers the start (its run index, 0-based after the burn-in)
     whose CS attains the running max lower / min upper bound (``scal[S_ARGLO]``,
-    ``scal[S_ARGHI]``; in the pruned scan, the start attaining the max over the active ones).
-    At an alarm ``out[3, i]`` is the lag from the later of the two starts to the alarm
-    (``0`` = the alarm value itself), -1 otherwise. With ``stop_at_alarm`` the run returns
-    right after the first alarm (the caller may restart the detector before going on).
+    ``scal[S_ARGHI]``; in the pruned scan, the start attaining the max over the active ones)
+    and that start's ``ts`` (``scal[S_TSLO]``, ``scal[S_TSHI]``: ``ts[i]`` of the value that
+    started it, kept with each hull point in ``hull_t`` / ``ring_t``; NaN without ``ts``,
+    which may be empty). At an alarm ``out[3, i]`` is the lag from the later of the two starts
+    to the alarm (``0`` = the alarm value itself) and ``out[4, i]`` its ``ts``; -1 and NaN
+    otherwise. With ``stop_at_alarm`` the run returns right after the first alarm (the caller
+    may restart the detector before going on).
+
+    With one hull per side (the shared case) a step first asks a filter whether any
+    ``lambda_j`` can raise the running max (:func:`_support_refresh`); only then are the
+    tangent queries run (binary search, :func:`hull_argmax_slope`). Under no change the
+    running max moves on a few percent of the steps, so most steps cost O(``n_grid``)
+    multiply-adds and no search; the outputs are the same as with the queries on every
+    step. ``support`` (2, ``2 n_grid + 2``) is that filter's cache: not state (NaN in its
+    last column = recompute).
 
     ``hint[s, j]`` is where the tangent query of side ``s`` and ``lambda_j`` starts walking
-    (:func:`hull_walk_argmax`); it holds the last answer and is not part of the state (any
-    value gives the same result up to near-ties).
+    in the per-lambda hulls (:func:`hull_walk_argmax`); it holds the last answer and is not
+    part of the state (any value gives the same result up to near-ties).
     """
     n_grid = grid.shape[1]
     cap = hull_x.shape[2]
@@ -207,6 +252,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
     shared = (not bernstein) and (not pfa) and (not pruned)
     n_hulls = 1 if shared else n_grid
     n_burn = int(scal[S_BURN])
+    has_ts = ts.shape[0] > 0
     i = start
     while i < xs.shape[0]:
         x = xs[i]
@@ -218,8 +264,11 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
             scal[S_SUM] = 0.0
             scal[S_ARGLO] = 0.0
             scal[S_ARGHI] = 0.0
+            scal[S_TSLO] = np.nan
+            scal[S_TSHI] = np.nan
             hull_size[:, :] = 0
             walk[:, :] = 0.0
+            support[:, 2 * n_grid + 1] = np.nan
             if n_burn > 0:
                 scal[S_NBURN] = 0.0
         if scal[S_NBURN] < n_burn:
@@ -231,6 +280,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
             out[1, i] = -np.inf
             out[2, i] = np.inf
             out[3, i] = -1.0
+            out[4, i] = np.nan
             i += 1
             continue
         if not pruned:
@@ -241,6 +291,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                         full = True
             if full:
                 return i
+        tsv = ts[i] if has_ts else np.nan
         z = (x - scal[S_CENTER]) / scal[S_SCALE]
         n = scal[S_N] + 1.0
         scal[S_N] = n
@@ -252,34 +303,69 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
             v = scal[S_VAR]
         scal[S_SUM] += z
         px = n - 1.0
-        slot = int(px) % prune
+        slot = 0
+        if pruned:
+            slot = int(px) % prune
+            ring_t[slot] = tsv
         for s in range(2):
             sign = 1.0 - 2.0 * s
             best = -np.inf
             arg = 0.0
+            argt = np.nan
             if shared:
-                # walk[s, 0] is the plain walk sum(sign z); the hull is of its points.
+                # walk[s, 0] is the plain walk sum(sign z); the hull is of its points. Indexed
+                # in place: a view (hull_x[s, 0]) costs reference counting on every step.
                 h = hull_size[s, 0]
-                hx = hull_x[s, 0]
-                hy = hull_y[s, 0]
                 py = walk[s, 0]
-                while h >= 2 and ((hx[h - 1] - hx[h - 2]) * (py - hy[h - 2])
-                                  - (hy[h - 1] - hy[h - 2]) * (px - hx[h - 2])) <= 0.0:
+                while h >= 2 and ((hull_x[s, 0, h - 1] - hull_x[s, 0, h - 2])
+                                  * (py - hull_y[s, 0, h - 2])
+                                  - (hull_y[s, 0, h - 1] - hull_y[s, 0, h - 2])
+                                  * (px - hull_x[s, 0, h - 2])) <= 0.0:
                     h -= 1
-                hx[h] = px
-                hy[h] = py
+                hull_x[s, 0, h] = px
+                hull_y[s, 0, h] = py
+                hull_t[s, 0, h] = tsv
                 h += 1
                 hull_size[s, 0] = h
-                walk[s, 0] += sign * z
-                wsum = walk[s, 0]
-                for j in range(n_grid):
-                    qy = wsum - grid[2, j]
-                    k = hull_walk_argmax(hx, hy, h, n, qy, int(hint[s, j]))
-                    hint[s, j] = k
-                    b = (qy - hy[k]) / (n - hx[k]) - grid[1, j] * v
-                    if b > best:
-                        best = b
-                        arg = hx[k]
+                wsum = py + sign * z
+                walk[s, 0] = wsum
+                r = scal[S_LOWER] if s == 0 else -scal[S_UPPER]
+                hit = 1
+                if r != -np.inf:
+                    # The skip filter (see _support_refresh; written out here: a call would
+                    # reference-count its array arguments on every step).
+                    if support[s, 2 * n_grid + 1] != r:
+                        _support_refresh(hull_x, hull_y, s, h, grid, v, r, support)
+                    ymax = max(support[s, 2 * n_grid], abs(py))
+                    support[s, 2 * n_grid] = ymax
+                    # s_j is monotone in j, so its largest magnitude is at an end of the grid.
+                    lim = -1e-9 * (abs(wsum) + grid[2, n_grid - 1] + ymax + 1.0
+                                   + (abs(support[s, n_grid]) + abs(support[s, 2 * n_grid - 1])
+                                      + abs(r)) * n)
+                    hit = 0
+                    for j in range(n_grid):
+                        sj = support[s, n_grid + j]
+                        m = min(support[s, j], py - sj * px)
+                        support[s, j] = m
+                        hit += (wsum - grid[2, j] - sj * n - m) > lim
+                if hit:
+                    for j in range(n_grid):
+                        qy = wsum - grid[2, j]
+                        lo = 0
+                        hi = h - 1
+                        while lo < hi:  # hull_argmax_slope, indexed in place
+                            mid = (lo + hi) // 2
+                            if (qy - hull_y[s, 0, mid]) * (n - hull_x[s, 0, mid + 1]) \
+                                    < (qy - hull_y[s, 0, mid + 1]) * (n - hull_x[s, 0, mid]):
+                                lo = mid + 1
+                            else:
+                                hi = mid
+                        k = lo
+                        b = (qy - hull_y[s, 0, k]) / (n - hull_x[s, 0, k]) - grid[1, j] * v
+                        if b > best:
+                            best = b
+                            arg = hull_x[s, 0, k]
+                            argt = hull_t[s, 0, k]
             for j in range(n_grid if not shared else 0):
                 lam = grid[0, j]
                 py = walk[s, j] + pen / lam
@@ -291,12 +377,14 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                     h = hull_size[s, j]
                     hx = hull_x[s, j]
                     hy = hull_y[s, j]
+                    ht = hull_t[s, j]
                     # Monotone chain: drop points that are not strictly convex from below.
                     while h >= 2 and ((hx[h - 1] - hx[h - 2]) * (py - hy[h - 2])
                                       - (hy[h - 1] - hy[h - 2]) * (px - hx[h - 2])) <= 0.0:
                         h -= 1
                     hx[h] = px
                     hy[h] = py
+                    ht[h] = tsv
                     h += 1
                     hull_size[s, j] = h
                     k = hull_walk_argmax(hx, hy, h, n, qy, int(hint[s, j]))
@@ -305,6 +393,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                     if b > best:
                         best = b
                         arg = hx[k]
+                        argt = ht[k]
             if pruned:
                 ring_best[s, slot] = -np.inf
                 active = int(min(n, prune))
@@ -322,21 +411,26 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                     if ring_best[s, sl] > best:
                         best = ring_best[s, sl]
                         arg = p
+                        argt = ring_t[sl]
                 if s == 0:
                     scal[S_LOWER] = best
                     scal[S_ARGLO] = arg
+                    scal[S_TSLO] = argt
                 else:
                     scal[S_UPPER] = -best
                     scal[S_ARGHI] = arg
+                    scal[S_TSHI] = argt
             else:
                 if s == 0:
                     if best > scal[S_LOWER]:
                         scal[S_LOWER] = best
                         scal[S_ARGLO] = arg
+                        scal[S_TSLO] = argt
                 else:
                     if -best < scal[S_UPPER]:
                         scal[S_UPPER] = -best
                         scal[S_ARGHI] = arg
+                        scal[S_TSHI] = argt
         lower = scal[S_LOWER]
         upper = scal[S_UPPER]
         out[1, i] = scal[S_CENTER] + scal[S_SCALE] * lower
@@ -344,12 +438,18 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
         if lower > upper:
             scal[S_ALARM] = 1.0
             out[0, i] = 1.0
-            out[3, i] = n - 1.0 - max(scal[S_ARGLO], scal[S_ARGHI])
+            if scal[S_ARGLO] >= scal[S_ARGHI]:
+                out[3, i] = n - 1.0 - scal[S_ARGLO]
+                out[4, i] = scal[S_TSLO]
+            else:
+                out[3, i] = n - 1.0 - scal[S_ARGHI]
+                out[4, i] = scal[S_TSHI]
             if stop_at_alarm:
                 return i + 1
         else:
             out[0, i] = 0.0
             out[3, i] = -1.0
+            out[4, i] = np.nan
         i += 1
     return i
 
@@ -394,6 +494,7 @@ def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_
             out[1, i] = -np.inf
             out[2, i] = np.inf
             out[3, i] = -1.0
+            out[4, i] = np.nan
             i += 1
             continue
         n = scal[S_N] + 1.0
@@ -461,6 +562,7 @@ def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_
             out[2, i] = scal[S_CENTER] + scal[S_SCALE] * (
                 theta[new_hi] if new_hi < n_theta else 1.0)
         out[3, i] = -1.0
+        out[4, i] = np.nan
         if new_lo >= new_hi:
             scal[S_ALARM] = 1.0
             out[0, i] = 1.0
@@ -487,7 +589,8 @@ def cs_hull_step(x, buf, meta):
                        _view2(buf, meta, 3), _view1(buf, meta, 4), _view1(buf, meta, 5),
                        _view3(buf, meta, 6), _view2(buf, meta, 7),
                        _view1(buf, meta, 8).reshape((OUT_ROWS, 1)), False,
-                       _view2(buf, meta, 10))
+                       _view2(buf, meta, 10), carray(_address(buf, 0), (0,)),
+                       _view3(buf, meta, 11), _view1(buf, meta, 12), _view2(buf, meta, 13))
 
 
 @njit(cache=True)
