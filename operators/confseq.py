@@ -638,6 +638,13 @@ class ConfSeqOperator(Operator):
         return {k: v for k, v in self._get_params().items()
                 if k not in ("field", "locate", "locate_window", "restart")}
 
+    def _keyed_store(self) -> Any:
+        """``Keyed(self)`` keeps its keys in a :class:`~shiftwatch.operators.confseq_fleet.
+        ConfSeqFleet` (arrays, one compiled call per micro-batch) when the parameters allow."""
+        from shiftwatch.operators.confseq_fleet import ConfSeqFleet, fleet_eligible
+
+        return ConfSeqFleet(self) if fleet_eligible(self) else None
+
     def _validate_params(self) -> None:
         if not isinstance(self.field, str) or not self.field or "" in self.field.split("."):
             raise ValueError(f"field must be a dotted path such as 'value', got {self.field!r}")

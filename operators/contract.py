@@ -79,6 +79,16 @@ class Operator:
                     origin[f] = record[f]
         return DeadLetter(raw=record, reason=str(exc), origin=origin)
 
+    def _keyed_store(self) -> Any:
+        """A store keeping every key's state of ``Keyed(self)`` in arrays, or None.
+
+        None (the default): :class:`~shiftwatch.operators.keyed.Keyed` keeps one clone of the
+        operator per key. An operator may return an object with the same outputs and per-key
+        ``state_dict`` that runs a micro-batch of many keys at once (see
+        :class:`~shiftwatch.operators.confseq_fleet.ConfSeqFleet`).
+        """
+        return None
+
     @staticmethod
     def _output(record: Mapping, **fields: Any) -> dict:
         """An output record: the input's passthrough fields plus ``fields``."""

@@ -60,13 +60,22 @@ class Keyed(Operator):
 
     def _reset(self) -> None:
         self._ops: dict[Any, Operator] = {}
+        op = self.operator
+        # An operator may keep all keys in arrays instead of one clone per key.
+        self._store = op._keyed_store() if isinstance(op, Operator) else None
 
     def _new(self) -> Operator:
         op = self.operator
         return op.clone() if isinstance(op, Operator) else op()
 
     def get(self, key: Any) -> Operator:
-        """The operator for ``key``, created if new."""
+        """The operator for ``key``, created if new.
+
+        With a keyed store (e.g. ``cs``'s fleet) an existing key's entry is a view whose
+        ``state_dict`` reads the store; a new key gets an operator object of its own.
+        """
+        if self._store is not None:
+            return self._store.existing(key) or self._store.object_for(key)
         op = self._ops.get(key)
         if op is None:
             op = self._ops[key] = self._new()
@@ -75,10 +84,15 @@ class Keyed(Operator):
     @property
     def keys(self) -> list:
         """The keys seen so far (with at least one accepted record)."""
-        return list(self._ops)
+        return self._store.keys if self._store is not None else list(self._ops)
 
     def existing(self, key: Any) -> Operator | None:
-        """The operator of ``key`` if the key exists, else None (nothing is created)."""
+        """The operator of ``key`` if the key exists, else None (nothing is created).
+
+        With a keyed store, an object with the key's ``state_dict``.
+        """
+        if self._store is not None:
+            return self._store.existing(key)
         return self._ops.get(key)
 
     @staticmethod
@@ -92,9 +106,14 @@ class Keyed(Operator):
         return _key_str(key)
 
     def __len__(self) -> int:
-        return len(self._ops)
+        return len(self._store) if self._store is not None else len(self._ops)
 
     def process(self, record: Mapping) -> list[dict]:
+        if self._store is not None:
+            res = self._store.process_batch([record], self)
+            if len(res) == 1 and isinstance(res[0], DeadLetter):
+                raise BadInput(res[0].reason)  # as an operator's process() would
+            return res
         key = _key_of(record.get("key") if isinstance(record, Mapping) else None)
         op = self._ops.get(key)
         if op is not None:
@@ -107,6 +126,8 @@ class Keyed(Operator):
         return out
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
+        if self._store is not None:
+            return self._store.process_batch(records, self)
         groups: dict[Any, list] = {}
         for record in records:
             if type(record) is dict:  # the common case, without the Mapping ABC check
@@ -151,6 +172,10 @@ class Keyed(Operator):
         return out
 
     def state_dict(self) -> dict:
+        if self._store is not None:
+            store = self._store
+            return {"operator": "keyed",
+                    "keys": {_key_str(k): store.existing(k).state_dict() for k in store.keys}}
         return {"operator": "keyed",
                 "keys": {_key_str(k): op.state_dict() for k, op in self._ops.items()}}
 
@@ -158,6 +183,10 @@ class Keyed(Operator):
         if not isinstance(state, Mapping) or "keys" not in state:
             raise ValueError("Keyed state_dict has no 'keys' entry")
         self._reset()
+        if self._store is not None:
+            for k, s in state["keys"].items():
+                self._store.load_key(_key_unstr(k), s)
+            return
         for k, s in state["keys"].items():
             op = self._new()
             op.load_state_dict(s)

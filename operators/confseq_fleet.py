@@ -1,0 +1,388 @@
+"""A fleet of ``cs`` detectors: every key's state in arrays, a micro-batch in one compiled call.
+
+:class:`~shiftwatch.operators.keyed.Keyed` over a :class:`~shiftwatch.operators.confseq.
+ConfSeqOperator` keeps one operator object per key; with tens of thousands of sensors per
+partition the per-record Python around a one-value kernel call dominates and each key costs
+kilobytes. :class:`ConfSeqFleet` is what ``Keyed`` uses instead when the operator allows it
+(sub-Gaussian or Hoeffding CS, no ``pfa``, no ``prune``, no ``restart``, ``locate`` = the CS
+start or off): a key is a slot (a row of each state array), the hull points of all keys share
+one pool, and :meth:`ConfSeqFleet.process_batch` reads the micro-batch in one Python pass and
+runs it, all keys interleaved, through one call of
+:func:`~shiftwatch.operators.confseq_fleet_kernel.fleet_hull_run`.
+
+Outputs, dead letters and each key's ``state_dict`` are those of a ``ConfSeqOperator`` per key
+(tested bit for bit), so a changelog written by one restores into the other. A key whose first
+accepted value is a vector gets an operator object of its own (the fleet holds scalars), which
+the fleet keeps beside its slots. Nothing is ever evicted: memory grows with the keys.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.operators.confseq import N_LAMBDAS, ConfSeqDetector, ConfSeqOperator, _ts
+from shiftwatch.operators.confseq_fleet_kernel import (
+    F_ALARM,
+    F_AT,
+    F_LOWER,
+    F_ROWS,
+    F_TS,
+    F_UPPER,
+    fleet_hull_run,
+)
+from shiftwatch.operators.confseq_kernels import (
+    S_ALARM,
+    S_ARGHI,
+    S_ARGLO,
+    S_CENTER,
+    S_LOWER,
+    S_N,
+    S_SCALE,
+    S_TSHI,
+    S_TSLO,
+    S_UPPER,
+)
+from shiftwatch.operators.records import BadInput, DeadLetter
+
+__all__ = ["ConfSeqFleet", "fleet_eligible"]
+
+_MIN_CAP = 16  # a hull block's first size, as a detector's first hull arrays
+
+
+def fleet_eligible(op: ConfSeqOperator) -> bool:
+    """Whether ``Keyed(op)`` can keep its keys in a :class:`ConfSeqFleet`."""
+    return (op.cs in ("subgaussian", "hoeffding") and not op.pfa and op.prune is None
+            and not op.restart and op.locate_kind in ("cs", None))
+
+
+class ConfSeqFleet:
+    """The keys of ``Keyed(template)`` as slots of arrays (see the module docstring).
+
+    Parameters
+    ----------
+    template
+        The per-key operator it stands for (:func:`fleet_eligible` must hold).
+    """
+
+    def __init__(self, template: ConfSeqOperator):
+        if not fleet_eligible(template):
+            raise ValueError("this cs operator cannot run as a fleet (see fleet_eligible)")
+        self.template = template
+        self._field = template.field
+        self._plain = "." not in template.field
+        self._bounded = template.cs == "hoeffding"
+        self._lo, self._hi = float(template.lower), float(template.upper)
+        self._locate = template.locate_kind == "cs"
+        det = ConfSeqDetector(**template._detector_params())
+        self._det_state = det.state_dict()  # a fresh detector's: the layout of a key's state
+        self._grid = det._grid
+        self._scal0 = det._scalars.copy()
+        self._n_burn = det._burn.shape[0]
+        # A reader for a new key (shape not fixed) and one for a scalar key.
+        self._probe_new = template.clone()
+        self._probe = template.clone()
+        self._probe._shape = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._slot: dict[Any, int] = {}
+        self._objs: dict[Any, ConfSeqOperator] = {}  # keys with vector values
+        self._n = 0
+        self._alloc(16)
+        self._pool_x = np.zeros(1024)
+        self._pool_y = np.zeros(1024)
+        self._pool_t = np.full(1024, np.nan)
+        self._pool_used = 0
+        self._pool_live = 0
+        self.compactions = 0  # times the pool was compacted (for tests and diagnostics)
+
+    def _alloc(self, capacity: int) -> None:
+        old = getattr(self, "_scal", None)
+        n = self._n
+        scal = np.zeros((capacity, self._scal0.shape[0]))
+        burn = np.zeros((capacity, self._n_burn))
+        walk = np.zeros((capacity, 2))
+        sup = np.full((capacity, 2, N_LAMBDAS + 2), np.nan)
+        count = np.zeros(capacity, dtype=np.int64)
+        off = np.zeros((capacity, 2), dtype=np.int64)
+        cap = np.zeros((capacity, 2), dtype=np.int64)
+        size = np.zeros((capacity, 2), dtype=np.int64)
+        if old is not None:
+            for new, name in ((scal, "_scal"), (burn, "_burn"), (walk, "_walk"), (sup, "_sup"),
+                              (count, "_count"), (off, "_off"), (cap, "_cap"),
+                              (size, "_size")):
+                new[:n] = getattr(self, name)[:n]
+        self._scal, self._burn, self._walk, self._sup = scal, burn, walk, sup
+        self._count, self._off, self._cap, self._size = count, off, cap, size
+
+    def _new_slot(self, key: Any) -> int:
+        k = self._n
+        if k == self._scal.shape[0]:
+            self._alloc(2 * k)
+        self._scal[k] = self._scal0
+        self._n = k + 1
+        self._slot[key] = k
+        return k
+
+    # ---- the hull pool ---------------------------------------------------------------
+
+    def _grow_block(self, k: int, s: int) -> None:
+        """Give (slot ``k``, side ``s``) a block twice as large (``_MIN_CAP`` at first)."""
+        old_cap = int(self._cap[k, s])
+        new_cap = max(_MIN_CAP, 2 * old_cap)
+        if self._pool_used + new_cap > self._pool_x.shape[0]:
+            if self._pool_used - self._pool_live >= self._pool_x.shape[0] // 4:
+                self._compact()  # a quarter or more of the pool is left-behind blocks
+            if self._pool_used + new_cap > self._pool_x.shape[0]:
+                size = max(2 * self._pool_x.shape[0], self._pool_used + new_cap)
+                for name, fill in (("_pool_x", 0.0), ("_pool_y", 0.0), ("_pool_t", np.nan)):
+                    arr = np.full(size, fill)
+                    arr[:self._pool_used] = getattr(self, name)[:self._pool_used]
+                    setattr(self, name, arr)
+        o, h, new = int(self._off[k, s]), int(self._size[k, s]), self._pool_used
+        for arr in (self._pool_x, self._pool_y, self._pool_t):
+            arr[new:new + h] = arr[o:o + h]
+        self._off[k, s] = new
+        self._cap[k, s] = new_cap
+        self._pool_used += new_cap
+        self._pool_live += new_cap - old_cap
+
+    def _compact(self) -> None:
+        """Move every live block to the front of the pool (blocks left behind by growth)."""
+        px, py, pt = (np.zeros_like(self._pool_x), np.zeros_like(self._pool_y),
+                      np.full_like(self._pool_t, np.nan))
+        used = 0
+        for k in range(self._n):
+            for s in range(2):
+                c = int(self._cap[k, s])
+                if not c:
+                    continue
+                o, h = int(self._off[k, s]), int(self._size[k, s])
+                px[used:used + h] = self._pool_x[o:o + h]
+                py[used:used + h] = self._pool_y[o:o + h]
+                pt[used:used + h] = self._pool_t[o:o + h]
+                self._off[k, s] = used
+                used += c
+        self._pool_x, self._pool_y, self._pool_t = px, py, pt
+        self._pool_used = self._pool_live = used
+        self.compactions += 1
+
+    # ---- processing ------------------------------------------------------------------
+
+    def _run(self, slots: np.ndarray, xs: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        out = np.empty((F_ROWS, xs.shape[0]))
+        done = 0
+        while done < xs.shape[0]:
+            done = fleet_hull_run(slots, xs, ts, done, self._grid, self._scal, self._burn,
+                                  self._walk, self._sup, self._count, self._off, self._cap,
+                                  self._size, self._pool_x, self._pool_y, self._pool_t, out)
+            if done < xs.shape[0]:
+                k = int(slots[done])
+                for s in range(2):
+                    if self._size[k, s] >= self._cap[k, s]:
+                        self._grow_block(k, s)
+        return out
+
+    def process_batch(self, records: Iterable[Mapping], owner: Any) -> list:
+        """Outputs in :class:`Keyed`'s order (grouped by key in order of first appearance,
+        each key's in input order); ``owner`` makes the dead letters (the Keyed operator)."""
+        from shiftwatch.operators.keyed import _BAD_KEY, _key_of
+
+        groups: dict[Any, list] = {}
+        for record in records:
+            if type(record) is dict:
+                key = record.get("key")
+            else:
+                key = record.get("key") if isinstance(record, Mapping) else None
+            if type(key) is list:
+                key = _key_of(key)
+            try:
+                group = groups.get(key)
+            except TypeError:
+                key = _BAD_KEY
+                group = groups.get(key)
+            if group is None:
+                group = groups[key] = []
+            group.append(record)
+        # One pass: per record a slot, value and ts for the kernel, or a finished result.
+        plan: list = []  # per record: None (kernel output, in order) or a list of results
+        slots: list[int] = []
+        values: list[float] = []
+        tss: list[float] = []
+        fed: list[Mapping] = []
+        slot_of = self._slot
+        field, plain, bounded = self._field, self._plain, self._bounded
+        lo, hi = self._lo, self._hi
+        nan = math.nan
+        for key, group in groups.items():
+            if key is _BAD_KEY:
+                plan.extend([owner._dead_letter(r, BadInput("key is not a string, number or "
+                                                            "list"))] for r in group)
+                continue
+            obj = self._objs.get(key)
+            if obj is not None:
+                plan.append(obj.process_batch(group))
+                continue
+            k = slot_of.get(key, -1)
+            for j, record in enumerate(group):
+                v = record.get(field) if plain and type(record) is dict else None
+                if not (type(v) is float and v - v == 0.0
+                        and (not bounded or lo <= v <= hi)):
+                    try:
+                        shape, arr = (self._probe if k >= 0 else self._probe_new)._read(record)
+                    except BadInput as exc:
+                        plan.append([self.template._dead_letter(record, exc)])
+                        continue
+                    if shape:  # a vector as this new key's first value: an operator of its own
+                        obj = self.template.clone()
+                        res = obj.process_batch(group[j:])
+                        if sum(isinstance(r, DeadLetter) for r in res) < len(res):
+                            self._objs[key] = obj
+                        plan.append(res)
+                        break
+                    v = float(arr[0])
+                if k < 0:
+                    k = self._new_slot(key)
+                slots.append(k)
+                values.append(v)
+                t = record.get("ts") if type(record) is dict else None
+                if type(t) is not float:
+                    t = _ts(record)
+                    t = nan if t is None else t
+                tss.append(t)
+                fed.append(record)
+                plan.append(None)
+        if not fed:
+            return [r for p in plan for r in p]
+        tarr = np.array(tss, dtype=np.float64)
+        out = self._run(np.array(slots, dtype=np.int64), np.array(values), tarr)
+        alarm, lower, upper = out[F_ALARM].tolist(), out[F_LOWER].tolist(), out[F_UPPER].tolist()
+        at, ats = out[F_AT].tolist(), out[F_TS].tolist()
+        locate = self._locate
+        inf = math.inf
+        result: list = []
+        i = 0
+        for p in plan:
+            if p is not None:
+                result.extend(p)
+                continue
+            record = fed[i]
+            o = {f: record[f] for f in ("key", "ts", "offset", "y", "task") if f in record}
+            lw, up = lower[i], upper[i]
+            o["alarm"] = alarm[i] != 0.0
+            o["lower"] = lw if -inf < lw < inf else None
+            o["upper"] = up if -inf < up < inf else None
+            if o["alarm"] and locate:
+                o["change_at"] = int(at[i])
+                t = ats[i]
+                if t == t:
+                    o["change_ts"] = t
+            result.append(o)
+            i += 1
+        return result
+
+    # ---- keys and state --------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._n + len(self._objs)
+
+    @property
+    def keys(self) -> list:
+        return list(self._slot) + list(self._objs)
+
+    def existing(self, key: Any) -> Any:
+        k = self._slot.get(key)
+        if k is not None:
+            return _SlotView(self, k)
+        return self._objs.get(key)
+
+    def object_for(self, key: Any) -> Any:
+        """The operator object of a key without a slot (created when new)."""
+        obj = self._objs.get(key)
+        if obj is None:
+            obj = self._objs[key] = self.template.clone()
+        return obj
+
+    def slot_state(self, k: int) -> dict:
+        """Slot ``k``'s state as :meth:`ConfSeqOperator.state_dict` gives it."""
+        det = {name: arr.copy() for name, arr in self._det_state.items()}
+        scal = self._scal[k].copy()
+        det["_scalars"] = scal
+        det["_burn"] = self._burn[k].copy()
+        h = self._size[k]
+        cap = max(_MIN_CAP, int(self._cap[k].max()))
+        hx, hy, ht = np.zeros((2, 1, cap)), np.zeros((2, 1, cap)), np.full((2, 1, cap), np.nan)
+        for s in range(2):
+            o, n = int(self._off[k, s]), int(h[s])
+            hx[s, 0, :n] = self._pool_x[o:o + n]
+            hy[s, 0, :n] = self._pool_y[o:o + n]
+            ht[s, 0, :n] = self._pool_t[o:o + n]
+        det["_hull_x"], det["_hull_y"], det["_hull_t"] = hx, hy, ht
+        det["_hull_size"][:, 0] = h
+        det["_walk"][:, 0] = self._walk[k]
+        # The detector's last output, which the slot does not keep: it follows from the state.
+        last = det["_last"]
+        last[1] = scal[S_CENTER] + scal[S_SCALE] * scal[S_LOWER]
+        last[2] = scal[S_CENTER] + scal[S_SCALE] * scal[S_UPPER]
+        if scal[S_ALARM] != 0.0:
+            later = S_ARGLO if scal[S_ARGLO] >= scal[S_ARGHI] else S_ARGHI
+            last[0] = 1.0
+            last[3] = scal[S_N] - 1.0 - scal[later]
+            last[4] = scal[S_TSLO if later == S_ARGLO else S_TSHI]
+        return {"operator": self.template.name,
+                "state": {"shape": [], "detectors": [det], "count": int(self._count[k]),
+                          "window": None}}
+
+    def load_key(self, key: Any, state: Mapping) -> None:
+        """Restore one key from a per-key ``state_dict`` (of a fleet or an operator)."""
+        op = self.template.clone()
+        op.load_state_dict(state)  # validates, and upgrades states of earlier releases
+        if op._shape is None or op._shape:  # no value yet, or vectors: an object of its own
+            self._objs[key] = op
+            return
+        det = op._detectors[0]
+        k = self._slot.get(key)
+        if k is None:
+            k = self._new_slot(key)
+        self._scal[k] = det._scalars
+        self._burn[k] = det._burn
+        self._walk[k] = det._walk[:, 0]
+        self._count[k] = op._count
+        self._sup[k] = np.nan
+        for s in range(2):
+            h = int(det._hull_size[s, 0])
+            self._size[k, s] = 0
+            while self._cap[k, s] <= h:
+                self._grow_block(k, s)
+            o = int(self._off[k, s])
+            self._pool_x[o:o + h] = det._hull_x[s, 0, :h]
+            self._pool_y[o:o + h] = det._hull_y[s, 0, :h]
+            self._pool_t[o:o + h] = det._hull_t[s, 0, :h]
+            self._size[k, s] = h
+
+    def clear(self) -> None:
+        self._reset()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (slots allocated, and the whole pool)."""
+        arrays = (self._scal, self._burn, self._walk, self._sup, self._count, self._off,
+                  self._cap, self._size, self._pool_x, self._pool_y, self._pool_t)
+        return int(sum(a.nbytes for a in arrays))
+
+
+class _SlotView:
+    """One key of a fleet, as far as checkpoints need it: its ``state_dict``."""
+
+    __slots__ = ("_fleet", "_k")
+
+    def __init__(self, fleet: ConfSeqFleet, k: int):
+        self._fleet = fleet
+        self._k = k
+
+    def state_dict(self) -> dict:
+        return self._fleet.slot_state(self._k)
