@@ -46,11 +46,12 @@ from shiftwatch.operators.confseq_kernels import (
     S_TSLO,
     S_UPPER,
 )
-from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.operators.records import BadInput
 
 __all__ = ["ConfSeqFleet", "fleet_eligible"]
 
 _MIN_CAP = 16  # a hull block's first size, as a detector's first hull arrays
+_NONE = object()
 
 
 def fleet_eligible(op: ConfSeqOperator) -> bool:
@@ -188,101 +189,194 @@ class ConfSeqFleet:
         return out
 
     def process_batch(self, records: Iterable[Mapping], owner: Any) -> list:
-        """Outputs in :class:`Keyed`'s order (grouped by key in order of first appearance,
-        each key's in input order); ``owner`` makes the dead letters (the Keyed operator)."""
-        from shiftwatch.operators.keyed import _BAD_KEY, _key_of
+        """One output or dead letter per record, in input order (``owner``, the
+        :class:`Keyed`, makes the dead letters of unusable keys).
 
-        groups: dict[Any, list] = {}
-        for record in records:
-            if type(record) is dict:
-                key = record.get("key")
-            else:
-                key = record.get("key") if isinstance(record, Mapping) else None
-            if type(key) is list:
-                key = _key_of(key)
-            try:
-                group = groups.get(key)
-            except TypeError:
-                key = _BAD_KEY
-                group = groups.get(key)
-            if group is None:
-                group = groups[key] = []
-            group.append(record)
-        # One pass: per record a slot, value and ts for the kernel, or a finished result.
-        plan: list = []  # per record: None (kernel output, in order) or a list of results
+        The common record (a dict whose key has a slot and whose field is a finite float)
+        takes a short path; every other record goes through :meth:`_special`, which gives
+        the same result as the key's own operator would.
+        """
+        records = records if isinstance(records, list) else list(records)
+        if records:
+            outs = self._fast_batch(records)
+            if outs is not None:
+                return outs
+        slot_of = self._slot
+        field, bounded = self._field, self._bounded
+        lo, hi = self._lo, self._hi
+        plain = self._plain
         slots: list[int] = []
         values: list[float] = []
         tss: list[float] = []
-        fed: list[Mapping] = []
-        slot_of = self._slot
-        field, plain, bounded = self._field, self._plain, self._bounded
-        lo, hi = self._lo, self._hi
+        fed: list[int] = []  # indices of the records the kernel gets
+        special: dict[int, Any] = {}  # index -> its result (output or dead letter)
         nan = math.nan
-        for key, group in groups.items():
-            if key is _BAD_KEY:
-                plan.extend([owner._dead_letter(r, BadInput("key is not a string, number or "
-                                                            "list"))] for r in group)
-                continue
-            obj = self._objs.get(key)
-            if obj is not None:
-                plan.append(obj.process_batch(group))
-                continue
-            k = slot_of.get(key, -1)
-            for j, record in enumerate(group):
-                v = record.get(field) if plain and type(record) is dict else None
-                if not (type(v) is float and v - v == 0.0
-                        and (not bounded or lo <= v <= hi)):
-                    try:
-                        shape, arr = (self._probe if k >= 0 else self._probe_new)._read(record)
-                    except BadInput as exc:
-                        plan.append([self.template._dead_letter(record, exc)])
+        for idx, record in enumerate(records):
+            if type(record) is dict and plain:
+                try:
+                    k = slot_of.get(record.get("key"))
+                except TypeError:  # an unhashable key
+                    k = None
+                if k is not None:
+                    v = record.get(field)
+                    if type(v) is float and v - v == 0.0 and (not bounded or lo <= v <= hi):
+                        t = record.get("ts")
+                        slots.append(k)
+                        values.append(v)
+                        if type(t) is not float:
+                            t = _ts(record)
+                            t = nan if t is None else t
+                        tss.append(t)
+                        fed.append(idx)
                         continue
-                    if shape:  # a vector as this new key's first value: an operator of its own
-                        obj = self.template.clone()
-                        res = obj.process_batch(group[j:])
-                        if sum(isinstance(r, DeadLetter) for r in res) < len(res):
-                            self._objs[key] = obj
-                        plan.append(res)
-                        break
-                    v = float(arr[0])
-                if k < 0:
-                    k = self._new_slot(key)
-                slots.append(k)
-                values.append(v)
-                t = record.get("ts") if type(record) is dict else None
-                if type(t) is not float:
-                    t = _ts(record)
-                    t = nan if t is None else t
-                tss.append(t)
-                fed.append(record)
-                plan.append(None)
-        if not fed:
-            return [r for p in plan for r in p]
-        tarr = np.array(tss, dtype=np.float64)
-        out = self._run(np.array(slots, dtype=np.int64), np.array(values), tarr)
+            got = self._special(record, owner)
+            if type(got) is tuple:  # a value for the kernel
+                slots.append(got[0])
+                values.append(got[1])
+                t = _ts(record)
+                tss.append(nan if t is None else t)
+                fed.append(idx)
+            else:
+                special[idx] = got
+        outs = self._outputs(records, fed, slots, values, tss) if fed else []
+        if not special:
+            return outs
+        result: list = []
+        it = iter(outs)
+        for idx in range(len(records)):
+            got = special.get(idx, _NONE)
+            result.append(next(it) if got is _NONE else got)
+        return result
+
+    def _fast_batch(self, records: list) -> list[dict] | None:
+        """The whole batch column-wise, when it is the common case: dicts of known keys with
+        finite float values and float (or no) ``ts``, the same passthrough fields in every
+        record. None otherwise (nothing changed; the per-record path takes over)."""
+        if not self._plain or set(map(type, records)) != {dict}:
+            return None
+        fields = set().union(*records)  # every field name of the batch, at C speed
+        if "y" in fields or "task" in fields or "key" not in fields:
+            return None
+        keys = [r.get("key", _NONE) for r in records]
+        try:
+            slots = list(map(self._slot.get, keys))
+        except TypeError:  # an unhashable key
+            return None
+        if None in slots:  # a new key, or a record without one
+            return None
+        field = self._field
+        values = [r.get(field) for r in records]
+        if set(map(type, values)) != {float}:
+            return None
+        xs = np.array(values, dtype=np.float64)
+        if not np.isfinite(xs).all() or (self._bounded and not (
+                (xs >= self._lo).all() and (xs <= self._hi).all())):
+            return None
+        has_ts = "ts" in fields
+        if has_ts:
+            tl = [r.get("ts", _NONE) for r in records]
+            kinds = set(map(type, tl))
+            if kinds == {float}:
+                ts = np.array(tl, dtype=np.float64)
+            elif _NONE in tl:  # some records without ts
+                return None
+            else:
+                ts = np.array([math.nan if t is None else t for t in map(_ts, records)])
+        else:
+            tl = []
+            ts = np.full(len(records), math.nan)
+        has_off = "offset" in fields
+        offs = [r.get("offset", _NONE) for r in records] if has_off else []
+        if has_off and _NONE in offs:
+            return None
+        out = self._run(np.array(slots, dtype=np.int64), xs, ts)
+        lower = out[F_LOWER].astype(object)
+        lower[~np.isfinite(out[F_LOWER])] = None
+        upper = out[F_UPPER].astype(object)
+        upper[~np.isfinite(out[F_UPPER])] = None
+        alarm = (out[F_ALARM] != 0.0).tolist()
+        lw, up = lower.tolist(), upper.tolist()
+        if has_ts and has_off:
+            res = [{"key": k, "ts": t, "offset": o, "alarm": a, "lower": b, "upper": c}
+                   for k, t, o, a, b, c in zip(keys, tl, offs, alarm, lw, up, strict=True)]
+        elif has_ts:
+            res = [{"key": k, "ts": t, "alarm": a, "lower": b, "upper": c}
+                   for k, t, a, b, c in zip(keys, tl, alarm, lw, up, strict=True)]
+        elif has_off:
+            res = [{"key": k, "offset": o, "alarm": a, "lower": b, "upper": c}
+                   for k, o, a, b, c in zip(keys, offs, alarm, lw, up, strict=True)]
+        else:
+            res = [{"key": k, "alarm": a, "lower": b, "upper": c}
+                   for k, a, b, c in zip(keys, alarm, lw, up, strict=True)]
+        if self._locate:
+            for i in np.flatnonzero(out[F_ALARM] != 0.0).tolist():
+                o = res[i]
+                o["change_at"] = int(out[F_AT, i])
+                t = float(out[F_TS, i])
+                if t == t:
+                    o["change_ts"] = t
+        return res
+
+    def _special(self, record: Any, owner: Any) -> Any:
+        """A record off the short path: ``(slot, value)`` for the kernel, or its result."""
+        from shiftwatch.operators.keyed import _key_of
+
+        key = record.get("key") if isinstance(record, Mapping) else None
+        if type(key) is list:
+            key = _key_of(key)
+        try:
+            k = self._slot.get(key)
+            obj = self._objs.get(key) if k is None else None
+        except TypeError:
+            return owner._dead_letter(record, BadInput("key is not a string, number or list"))
+        if obj is not None:
+            return obj.process_batch([record])[0]
+        try:
+            shape, arr = (self._probe if k is not None else self._probe_new)._read(record)
+        except BadInput as exc:
+            return self.template._dead_letter(record, exc)
+        if shape:  # a vector as this new key's first value: an operator of its own
+            obj = self._objs[key] = self.template.clone()
+            return obj.process_batch([record])[0]
+        if k is None:
+            k = self._new_slot(key)
+        return (k, float(arr[0]))
+
+    def _outputs(self, records: list, fed: list[int], slots: list[int], values: list[float],
+                 tss: list[float]) -> list[dict]:
+        out = self._run(np.array(slots, dtype=np.int64), np.array(values, dtype=np.float64),
+                        np.array(tss, dtype=np.float64))
         alarm, lower, upper = out[F_ALARM].tolist(), out[F_LOWER].tolist(), out[F_UPPER].tolist()
         at, ats = out[F_AT].tolist(), out[F_TS].tolist()
         locate = self._locate
         inf = math.inf
-        result: list = []
-        i = 0
-        for p in plan:
-            if p is not None:
-                result.extend(p)
-                continue
-            record = fed[i]
-            o = {f: record[f] for f in ("key", "ts", "offset", "y", "task") if f in record}
-            lw, up = lower[i], upper[i]
-            o["alarm"] = alarm[i] != 0.0
+        result: list[dict] = []
+        append = result.append
+        for i, idx in enumerate(fed):
+            record = records[idx]
+            o = {}
+            if "key" in record:
+                o["key"] = record["key"]
+            if "ts" in record:
+                o["ts"] = record["ts"]
+            if "offset" in record:
+                o["offset"] = record["offset"]
+            if "y" in record:
+                o["y"] = record["y"]
+            if "task" in record:
+                o["task"] = record["task"]
+            lw = lower[i]
+            up = upper[i]
+            a = alarm[i] != 0.0
+            o["alarm"] = a
             o["lower"] = lw if -inf < lw < inf else None
             o["upper"] = up if -inf < up < inf else None
-            if o["alarm"] and locate:
+            if a and locate:
                 o["change_at"] = int(at[i])
                 t = ats[i]
                 if t == t:
                     o["change_ts"] = t
-            result.append(o)
-            i += 1
+            append(o)
         return result
 
     # ---- keys and state --------------------------------------------------------------

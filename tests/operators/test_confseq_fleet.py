@@ -51,8 +51,20 @@ def _records(n, n_keys, seed, field="value", bad=True):
 
 
 def _norm(outs):
-    return [("DL", d.reason, json.dumps(d.origin, sort_keys=True, default=str), repr(d.raw))
-            if isinstance(d, DeadLetter) else json.dumps(d, sort_keys=True) for d in outs]
+    """Each key's results in order (Keyed over objects groups its outputs by key; the fleet
+    gives them in input order: the interleaving of keys carries no meaning). Outputs as
+    their JSON bytes (key order included)."""
+    by_key: dict = {}
+    for d in outs:
+        if isinstance(d, DeadLetter):
+            item = ("DL", d.reason, json.dumps(d.origin, sort_keys=True, default=str),
+                    repr(d.raw))
+            key = repr(d.origin.get("key"))
+        else:
+            item = json.dumps(d)
+            key = repr(d.get("key"))
+        by_key.setdefault(key, []).append(item)
+    return sorted(by_key.items())
 
 
 def _pair(params):
