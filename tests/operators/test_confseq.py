@@ -534,3 +534,80 @@ def test_hull_walk_matches_binary_search_from_any_hint():
                 assert hull_walk_argmax(hxa, hya, h, n, qy, hint) == want
                 checked += 1
     assert checked > 1000
+
+
+def _kernel_without_filter():
+    """``cs_hull_run`` compiled from its source with the skip filter switched off: the
+    tangent queries then run on every step, as before the filter existed."""
+    import inspect
+    import types as pytypes
+
+    from shiftwatch.operators import confseq_kernels
+
+    src = inspect.getsource(confseq_kernels)
+    marker = "                if r != -np.inf:\n"
+    assert src.count(marker) == 1  # the filter's guard, as the test expects to find it
+    src = src.replace(marker, "                if False:\n").replace("cache=True", "cache=False")
+    mod = pytypes.ModuleType("confseq_kernels_nofilter")
+    exec(compile(src, "confseq_kernels_nofilter", "exec"), mod.__dict__)
+    return mod.cs_hull_run
+
+
+@pytest.mark.parametrize("params", [{"sigma": 1.0}, {}, {"alpha": 1e-6},
+                                    {"cs": "hoeffding", "lower": -6.0, "upper": 6.0}])
+def test_skip_filter_changes_no_output(params):
+    """Every output (alarm, interval, located start and its ts) and the state are the same
+    with the filter as with the tangent queries run on every step, on streams with changes
+    of many sizes (bit for bit: the filter only skips steps it proves cannot matter)."""
+    run = _kernel_without_filter()
+    steps = alarms = 0
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        x = rng.normal(0.0, 1.0, 30_000)
+        for c in rng.integers(0, x.size, 5):
+            x[c:] += rng.choice([-1.0, 1.0]) * rng.uniform(0.05, 1.5)
+        x = np.ascontiguousarray(np.clip(x, -5.9, 5.9))
+        ts = np.arange(x.size, dtype=float) * 2.0
+        fast, ref = ConfSeqDetector(**params), ConfSeqDetector(**params)
+        out_fast = fast._run(x, ts=ts)
+        out_ref = np.empty_like(out_fast)
+        done = 0
+        while done < x.size:
+            done = run(x, done, False, False, ref._grid, ref._hull_x, ref._hull_y,
+                       ref._hull_size, ref._walk, ref._scalars, ref._burn, ref._ring_y,
+                       ref._ring_best, out_ref, False, ref._hint, ts, ref._hull_t,
+                       ref._ring_t, ref._support)
+            if done < x.size:
+                ref._grow()
+        ref._last[:] = out_ref[:, -1]
+        assert np.array_equal(out_fast, out_ref, equal_nan=True), (params, seed)
+        alarms += int(out_fast[0].sum())
+        a, b = fast.state_dict(), ref.state_dict()
+        assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+        steps += x.size
+    assert steps == 180_000 and alarms >= 6  # the comparison covers alarms
+
+
+def test_state_of_an_earlier_release_loads_and_keeps_ts_from_its_window():
+    """A state written before hull points kept their ts (no ``_hull_t``, 12 scalars, 4-row
+    ``_last``, the ts in the operator's locate window) restores; the located start's ts comes
+    back from the window."""
+    rng = np.random.default_rng(5)
+    x = np.r_[rng.normal(0, 1, 600), rng.normal(1.5, 1, 400)]
+    recs = [{"value": float(v), "ts": 100.0 + i} for i, v in enumerate(x)]
+    op = create("cs")
+    op.process_batch(recs[:603])
+    state = op.state_dict()
+    det = state["state"]["detectors"][0]
+    old_det = {k: v for k, v in det.items() if k not in ("_hull_t", "_ring_t")}
+    old_det["_scalars"] = det["_scalars"][:12]
+    old_det["_last"] = det["_last"][:4]
+    window = {"capacity": 1000, "dim": 0, "count": 603, "size": 603, "values": None,
+              "ts": np.array([r["ts"] for r in recs[:603]])}
+    old = {"operator": "cs", "state": {**state["state"], "detectors": [old_det],
+                                       "window": window}}
+    restored = create("cs")
+    restored.load_state_dict(old)
+    want = op.process_batch(recs[603:])
+    got = restored.process_batch(recs[603:])
+    assert got == want and any(o["alarm"] and "change_ts" in o for o in got)
