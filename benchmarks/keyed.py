@@ -8,11 +8,18 @@ measures
 * memory per key: the tracemalloc delta of creating every key (one record each) / keys;
 
 for (a) ``river:PageHinkley`` through the River adapter, (b) a minimal operator defined
-here (an EWMA z-score detector), (c) ``cs`` with its defaults and with ``locate=False``,
-(d) ``karcher`` on SPD(3) records (fewer records: ``--karcher-records``), against the peers
+here (an EWMA z-score detector), (c) ``cs`` with its defaults (a fleet: every key's state in
+arrays, one compiled call per micro-batch), with ``locate=False``, and as one operator object
+per key (``Keyed`` over a factory: the path before the fleet), (d) ``karcher`` on SPD(3)
+records (fewer records: ``--karcher-records``), against the peers
 measured in the same run: a plain ``dict[key] -> river.drift.PageHinkley`` loop and a plain
 ``dict[key] -> river.drift.ADWIN`` loop calling ``update`` directly (issue 13 compares ``cs``
 with the ADWIN loop). The table goes to stdout; paste it into benchmarks/RESULTS.md.
+
+``--steady`` adds the memory per key in a steady state: ``--steady-keys`` keys fed
+``--steady-records`` values each (N(0,1), no change), for the ``cs`` fleet (tracemalloc
+delta, and the fleet's own arrays) beside the ``dict -> river ADWIN`` peer.
+``--only-cs`` skips the PageHinkley, EWMA and karcher rows.
 """
 
 from __future__ import annotations
@@ -155,6 +162,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--karcher-records", type=int, default=20_000)
     parser.add_argument("--keys", type=int, nargs="+", default=[10, 100_000])
+    parser.add_argument("--only-cs", action="store_true", help="peers and cs rows only")
+    parser.add_argument("--steady", action="store_true", help="steady-state memory per key")
+    parser.add_argument("--steady-keys", type=int, default=2000)
+    parser.add_argument("--steady-records", type=int, default=1000)
     args = parser.parse_args(argv)
     n_records = 20_000 if args.quick else args.records
     n_karcher = 2_000 if args.quick else args.karcher_records
@@ -170,9 +181,12 @@ def main(argv: list[str] | None = None) -> None:
         cases = {
             "river:PageHinkley (adapter)": lambda: Keyed(create("river:PageHinkley")),
             "EWMA z-score (minimal Operator)": lambda: Keyed(EWMAZScore()),
-            "cs (defaults)": lambda: Keyed(create("cs")),
-            "cs, locate=False": lambda: Keyed(create("cs", locate=False)),
+            "cs (defaults: fleet)": lambda: Keyed(create("cs")),
+            "cs, locate=False (fleet)": lambda: Keyed(create("cs", locate=False)),
+            "cs, one object per key (before the fleet)": lambda: Keyed(lambda: create("cs")),
         }
+        if args.only_cs:
+            cases = {k: v for k, v in cases.items() if k.startswith("cs")}
         rows.append((n_keys, "peer: dict -> river PageHinkley.update", peer_rate, peer_mem,
                      1.0, peer_rate / adwin_rate))
         rows.append((n_keys, "peer: dict -> river ADWIN.update", adwin_rate, adwin_mem,
@@ -183,6 +197,8 @@ def main(argv: list[str] | None = None) -> None:
         for label, make in cases.items():
             rate, mem = measure_keyed(make, warm, records)
             rows.append((n_keys, label, rate, mem, rate / peer_rate, rate / adwin_rate))
+        if args.only_cs:
+            continue
         kwarm, krecords = spd_records(records[:n_karcher], warm)
         rate, mem = measure_keyed(lambda: Keyed(create("karcher")), kwarm, krecords)
         rows.append((n_keys, "karcher (defaults, SPD(3))", rate, mem, rate / peer_rate,
@@ -194,6 +210,64 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {n_keys:,} | {label} | {rate:,.0f} | {mem:,.0f} | {ratio:.2f} | "
               f"{ratio_adwin:.2f} |")
     sys.stdout.flush()
+    if args.steady:
+        steady(args.steady_keys, args.steady_records)
+
+
+def steady(n_keys: int, per_key: int) -> None:
+    """Bytes per key after ``per_key`` values per key: the cs fleet vs dict -> river ADWIN."""
+    rng = np.random.default_rng(1)
+    names = [f"sensor-{k}" for k in range(n_keys)]
+    rows = []
+    for label in ("dict -> river ADWIN", "cs fleet (defaults)"):
+        gc.collect()
+        rss0 = _rss()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        if label.startswith("cs"):
+            keyed = Keyed(create("cs"))
+        else:
+            dets: dict = {}
+        for _ in range(per_key):
+            batch = [{"key": k, "value": float(v)}
+                     for k, v in zip(names, rng.normal(size=n_keys), strict=True)]
+            if label.startswith("cs"):
+                keyed.process_batch(batch)
+            else:
+                for r in batch:
+                    d = dets.get(r["key"])
+                    if d is None:
+                        d = dets[r["key"]] = drift.ADWIN()
+                    d.update(r["value"])
+            del batch
+        gc.collect()
+        total = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        rss = (_rss() - rss0) / n_keys
+        arrays = keyed._store.nbytes / n_keys if label.startswith("cs") else float("nan")
+        hull = (float(keyed._store._size[:n_keys].mean()) if label.startswith("cs")
+                else float("nan"))
+        rows.append((label, total / n_keys, rss, arrays, hull))
+    print()
+    print(f"Steady state: {n_keys:,} keys after {per_key:,} N(0,1) values each")
+    print()
+    print("| operator | bytes/key (tracemalloc) | bytes/key (RSS growth) | of which fleet "
+          "arrays | hull points/side |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for label, total, rss, arrays, hull in rows:
+        a = "" if arrays != arrays else f"{arrays:,.0f}"
+        h = "" if hull != hull else f"{hull:.1f}"
+        print(f"| {label} | {total:,.0f} | {rss:,.0f} | {a} | {h} |")
+    print()
+    print("tracemalloc sees only Python's allocator (River's Rust-backed detectors allocate "
+          "outside it); the RSS growth column counts every allocation but also allocator "
+          "slack, so it is a rough figure.")
+
+
+def _rss() -> int:
+    """Resident set size of this process in bytes (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ from shiftwatch.operators.records import BadInput
 
 __all__ = ["ConfSeqFleet", "fleet_eligible"]
 
-_MIN_CAP = 16  # a hull block's first size, as a detector's first hull arrays
+_MIN_CAP = 8  # a hull block's first size (a run's hull is mostly smaller)
+_STATE_CAP = 16  # a detector's first hull arrays: the least size of a state's hull arrays
 _NONE = object()
 
 
@@ -139,7 +140,7 @@ class ConfSeqFleet:
             if self._pool_used - self._pool_live >= self._pool_x.shape[0] // 4:
                 self._compact()  # a quarter or more of the pool is left-behind blocks
             if self._pool_used + new_cap > self._pool_x.shape[0]:
-                size = max(2 * self._pool_x.shape[0], self._pool_used + new_cap)
+                size = max(self._pool_x.shape[0] * 3 // 2, self._pool_used + new_cap)
                 for name, fill in (("_pool_x", 0.0), ("_pool_y", 0.0), ("_pool_t", np.nan)):
                     arr = np.full(size, fill)
                     arr[:self._pool_used] = getattr(self, name)[:self._pool_used]
@@ -408,7 +409,7 @@ class ConfSeqFleet:
         det["_scalars"] = scal
         det["_burn"] = self._burn[k].copy()
         h = self._size[k]
-        cap = max(_MIN_CAP, int(self._cap[k].max()))
+        cap = max(_STATE_CAP, int(self._cap[k].max()))
         hx, hy, ht = np.zeros((2, 1, cap)), np.zeros((2, 1, cap)), np.full((2, 1, cap), np.nan)
         for s in range(2):
             o, n = int(self._off[k, s]), int(h[s])
