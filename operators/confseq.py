@@ -568,8 +568,10 @@ class ConfSeqOperator(Operator):
 
     **Locating.** An alarm output carries ``change_at``, the position of the first changed
     record (the operator's own 0-based count of accepted records; dead letters are not
-    counted, as in the River adapter) and ``change_ts``, that record's ``ts`` when it is
-    still in the window. ``locate=True`` (or ``"cs"``) derives it from the confidence
+    counted, as in the River adapter) and ``change_ts``, that record's ``ts`` (with
+    ``"cs"``: kept with each stored start, so always there when the record had a ``ts``;
+    with ``"mean"``/``"meanvar"``: when it is still in the window; ``locate_window`` is not
+    used by ``"cs"``). ``locate=True`` (or ``"cs"``) derives it from the confidence
     sequences themselves: when the intersection becomes empty, the starts whose CSs attain
     the max lower bound and the min upper bound bracket the change, and the *later* of the
     two is taken (the kernels record it in the hull query, at no extra cost). Reason: the
