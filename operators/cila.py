@@ -73,25 +73,28 @@ def _torch() -> Any:
 def augment_noise(x: torch.Tensor, g: torch.Generator, s: float) -> torch.Tensor:
     """Add Gaussian noise of standard deviation ``s`` to every feature."""
     torch = _torch()
-    return x + s * torch.randn(x.shape, generator=g)
+    return torch.add(x, torch.randn(x.shape, generator=g), alpha=s)
 
 
 def augment_shift(x: torch.Tensor, g: torch.Generator, s: float) -> torch.Tensor:
     """Add one Gaussian offset (standard deviation ``s``) to all features of a sample."""
     torch = _torch()
-    return x + s * torch.randn((x.shape[0], 1), generator=g)
+    return torch.add(x, torch.randn((x.shape[0], 1), generator=g), alpha=s)
 
 
 def augment_scale(x: torch.Tensor, g: torch.Generator, s: float) -> torch.Tensor:
     """Multiply each sample by a factor drawn uniformly from ``[1 - 2s, 1 + 2s]``."""
     torch = _torch()
-    return x * (1.0 + 2.0 * s * (2.0 * torch.rand((x.shape[0], 1), generator=g) - 1.0))
+    # x (1 + 2s (2u - 1)) = (1 - 2s) x + 4s u x: one fused op after the draw.
+    u = torch.rand((x.shape[0], 1), generator=g)
+    return torch.addcmul(x * (1.0 - 2.0 * s), x, u, value=4.0 * s)
 
 
 def augment_mask(x: torch.Tensor, g: torch.Generator, s: float) -> torch.Tensor:
     """Set each feature to zero with probability ``s``."""
     torch = _torch()
-    return x * (torch.rand(x.shape, generator=g) >= s)
+    # ge_ writes the 0/1 mask into the float draw: no bool tensor, no type promotion.
+    return x * torch.rand(x.shape, generator=g).ge_(s)
 
 
 #: The named augmentations ``augment=`` accepts, applied in the order given.
@@ -687,24 +690,29 @@ class CILA(Operator):
 
     def _contrastive_step(self, x: torch.Tensor, y: torch.Tensor, current: torch.Tensor) -> None:
         torch = _torch()
-        from shiftwatch.operators.cila_losses import asymmetric_supcon, relation_distillation
+        from shiftwatch.operators.cila_losses import co2l_losses
 
         views = torch.cat([self._augment(x), self._augment(x)])
         h = self._encoder(views)
-        z = torch.nn.functional.normalize(self._projector(h), dim=1)
-        l_con = asymmetric_supcon(z, torch.cat([y, y]), torch.cat([current, current]),
-                                  self.temperature)
-        loss = l_con
-        l_dis = None
+        z_prev = None
         if self._frozen_encoder is not None:
-            with torch.no_grad():
+            # The frozen model sees the same (freshly augmented) views: nothing to cache.
+            with torch.inference_mode():
                 z_prev = torch.nn.functional.normalize(
                     self._frozen_projector(self._frozen_encoder(views)), dim=1)
-            l_dis = relation_distillation(z, z_prev, self.ird_temperature,
-                                          self.ird_temperature_prev)
-            loss = loss + self._lambda * l_dis
+        # Both losses of the normalised projections from one similarity matrix, with a
+        # closed-form gradient (normalisation included).
+        l_con, l_dis = co2l_losses(self._projector(h), torch.cat([y, y]),
+                                   torch.cat([current, current]), z_prev, self.temperature,
+                                   self.ird_temperature, self.ird_temperature_prev,
+                                   normalize=True)
         self._optimizer.zero_grad()
-        loss.backward()
+        # The gradient of Lcon + lambda Ldis, without building that sum in the graph.
+        if l_dis is None:
+            l_con.backward()
+        else:
+            torch.autograd.backward((l_con, l_dis),
+                                    (l_con.new_ones(()), l_dis.new_full((), self._lambda)))
         self._optimizer.step()
         self._loss_sums[0] += float(l_con.detach())
         self._loss_sums[1] += float(l_dis.detach()) if l_dis is not None else 0.0

@@ -53,18 +53,23 @@ class LinearProbe:
 
     def sgd(self, feats: Any, y: Any, steps: int, weights: Any = None) -> None:
         """``steps`` full-batch gradient steps of the (sample-``weights``-ed) cross-entropy."""
-        # Closed-form softmax-regression gradient, no autograd.
+        # Closed-form softmax-regression gradient, no autograd. The bias is a last column of
+        # the weights against a constant feature 1, so a step is 4 tensor ops:
+        # [w b] += lr * (scale * (onehot - softmax))^T [feats 1]. Scores are kept transposed,
+        # (n_classes, n): torch's softmax over a short last dimension is several times slower.
         torch = load_torch()
-        w, b = self.w, self.b
-        onehot = torch.nn.functional.one_hot(y, w.shape[0]).to(feats.dtype)
-        scale = (torch.full((len(y), 1), 1.0 / len(y)) if weights is None
-                 else (weights / weights.sum())[:, None])
+        n = len(y)
+        scale = (torch.full((1, n), 1.0 / n) if weights is None
+                 else (weights / weights.sum())[None, :])
+        target = torch.nn.functional.one_hot(y, self.w.shape[0]).T.to(feats.dtype).contiguous()
+        target.mul_(scale)
+        fa = torch.cat([feats, torch.ones((n, 1), dtype=feats.dtype)], dim=1)
+        fa_t = fa.T.contiguous()
+        wa = torch.cat([self.w, self.b[:, None]], dim=1)
         for _ in range(steps):
-            p = torch.softmax(self.logits(feats, w, b), dim=1)
-            g = (p - onehot) * scale
-            w = w - self.lr * (g.T @ feats)
-            b = b - self.lr * g.sum(dim=0)
-        self.w, self.b = w, b
+            p_t = torch.softmax(wa @ fa_t, dim=0)
+            wa.addmm_(torch.addcmul(target, p_t, scale, value=-1.0), fa, alpha=self.lr)
+        self.w, self.b = wa[:, :-1].contiguous(), wa[:, -1].contiguous()
 
     def refit(self, feats: Any, ys: np.ndarray, steps: int) -> None:
         """Train from zero on ``feats`` with labels ``ys``, every class weighted equally."""
