@@ -221,7 +221,6 @@ def steady(n_keys: int, per_key: int) -> None:
     rows = []
     for label in ("dict -> river ADWIN", "cs fleet (defaults)"):
         gc.collect()
-        rss0 = _rss()
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         if label.startswith("cs"):
@@ -243,32 +242,16 @@ def steady(n_keys: int, per_key: int) -> None:
         gc.collect()
         total = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
-        rss = (_rss() - rss0) / n_keys
         arrays = keyed._store.nbytes / n_keys if label.startswith("cs") else float("nan")
         hull = (float(keyed._store._size[:n_keys].mean()) if label.startswith("cs")
                 else float("nan"))
-        rows.append((label, total / n_keys, rss, arrays, hull))
+        rows.append((label, total / n_keys, arrays, hull))
     print()
     print(f"Steady state: {n_keys:,} keys after {per_key:,} N(0,1) values each")
     print()
-    print("| operator | bytes/key (tracemalloc) | bytes/key (RSS growth) | of which fleet "
-          "arrays | hull points/side |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for label, total, rss, arrays, hull in rows:
+    print("| operator | bytes/key (tracemalloc) | of which fleet arrays | hull points/side |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, total, arrays, hull in rows:
         a = "" if arrays != arrays else f"{arrays:,.0f}"
         h = "" if hull != hull else f"{hull:.1f}"
-        print(f"| {label} | {total:,.0f} | {rss:,.0f} | {a} | {h} |")
-    print()
-    print("tracemalloc sees only Python's allocator (River's Rust-backed detectors allocate "
-          "outside it); the RSS growth column counts every allocation but also allocator "
-          "slack, so it is a rough figure.")
-
-
-def _rss() -> int:
-    """Resident set size of this process in bytes (Linux)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-if __name__ == "__main__":
-    main()
+        print(f"| {label} | {total:,.0f} | {a} | {h} |")
