@@ -255,3 +255,7 @@ def steady(n_keys: int, per_key: int) -> None:
         a = "" if arrays != arrays else f"{arrays:,.0f}"
         h = "" if hull != hull else f"{hull:.1f}"
         print(f"| {label} | {total:,.0f} | {a} | {h} |")
+
+
+if __name__ == "__main__":
+    main()
