@@ -306,7 +306,7 @@ class ConfSeqDetector(river_base.DriftDetector):
             self._cap_plus = np.zeros_like(self._lam_plus)
             self._cap_minus = np.zeros_like(self._lam_plus)
         self._last = np.array([0.0, -np.inf, np.inf, -1.0, np.nan])
-        self._step = None  # the compiled single-value kernel, bound by the first update
+        self._step = self._first_step  # the compiled single-value kernel once bound
         self._one = np.zeros(1)
         self._hull = self.cs in _HULL
         self._bounded = self.bounded
@@ -345,9 +345,15 @@ class ConfSeqDetector(river_base.DriftDetector):
         self._buf = buf
         self._meta = meta
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_step", None)  # a compiled function (bound again on the next update)
+        return state
+
     def __setstate__(self, state: dict) -> None:
         # copy.deepcopy / pickle copy each view on its own: rebind them to one buffer.
         self.__dict__.update(state)
+        self._step = self._first_step
         self._pack()
 
     #: Underscore attributes that are derived from the parameters, not learned.
@@ -473,14 +479,24 @@ class ConfSeqDetector(river_base.DriftDetector):
 
     def update(self, x: float) -> None:
         """Update with one value (a number); raises BadInput for bad values."""
+        # The common case in one line: a finite float, unbounded data, room in the hull.
+        if type(x) is float and x - x == 0.0 and not self._bounded \
+                and self._step(x, self._buf, self._meta):
+            return
+        self._update_slow(x)
+
+    def _update_slow(self, x: Any) -> None:
         if type(x) is not float or x - x != 0.0 or (
                 self._bounded and not self.lower <= x <= self.upper):
             x = float(self._check(x))
-        step = self._step
-        if step is None:  # bound on first use (compiles or loads the kernel)
-            step = self._step = (_STEPS or _compile_steps())[0 if self._hull else 1]
-        while not step(x, self._buf, self._meta):  # 0: a hull array is full
+        while not self._step(x, self._buf, self._meta):  # 0: a hull array is full
             self._grow()
+
+    def _first_step(self, x: float, buf: np.ndarray, meta: np.ndarray) -> int:
+        """``_step`` until the first update: binds the compiled kernel (compiling or loading
+        it from Numba's cache) and runs it."""
+        self._step = (_STEPS or _compile_steps())[0 if self._hull else 1]
+        return self._step(x, buf, meta)
 
     def update_many(self, xs: Iterable[float]) -> np.ndarray:
         """Update with every value of ``xs``; return the positions of the alarms in ``xs``.
