@@ -10,8 +10,10 @@ one pool, and :meth:`ConfSeqFleet.process_batch` reads the micro-batch in one Py
 runs it, all keys interleaved, through one call of
 :func:`~shiftwatch.operators.confseq_fleet_kernel.fleet_hull_run`.
 
-Outputs, dead letters and each key's ``state_dict`` are those of a ``ConfSeqOperator`` per key
-(tested bit for bit), so a changelog written by one restores into the other. A key whose first
+Outputs and dead letters are those of a ``ConfSeqOperator`` per key (tested bit for bit), and
+each key's ``state_dict`` has the operator's format and values (the hull arrays past the
+hull's points are left empty rather than holding stale points), so a changelog written by one
+restores into the other with the same outputs (tested). A key whose first
 accepted value is a vector gets an operator object of its own (the fleet holds scalars), which
 the fleet keeps beside its slots. Nothing is ever evicted: memory grows with the keys.
 """

@@ -1,5 +1,6 @@
 """Keyed(cs) as a fleet (state in arrays, one kernel call per micro-batch) equals one
-ConfSeqOperator per key: outputs, dead letters and state_dicts, bit for bit."""
+ConfSeqOperator per key: outputs and dead letters bit for bit; state_dicts restore into
+either kind with the same outputs."""
 
 from __future__ import annotations
 
