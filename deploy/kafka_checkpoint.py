@@ -4,7 +4,7 @@
 below offset O" and "a restart resumes from O with that state" (format in
 :mod:`shiftwatch.deploy.kafka_changelog`):
 
-* ``at-least-once``: a checkpoint snapshots the changed keys and sends their entries at once,
+* ``at-least-once``: a checkpoint snapshots the changed keys and sends their group entry at once,
   without waiting; its marker is sent only once every output, dead letter and entry sent
   before the snapshot is acknowledged (checked between batches, so the stage never stalls on
   a flush), and the offset is committed once the marker is acknowledged. Up to three
@@ -21,40 +21,49 @@ its checkpoint bookkeeping.
 from __future__ import annotations
 
 import logging
+import math
 import time
+from binascii import b2a_base64
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
-from shiftwatch.deploy.kafka_changelog import Restored, encode_entry, encode_marker
-from shiftwatch.operators.keyed import Keyed
+from shiftwatch.deploy.kafka_changelog import LEGACY, Group, Restored, encode_group, encode_marker
+from shiftwatch.operators.keyed import Keyed, _key_unstr
 from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
 
 try:
     from orjson import dumps as _fast_dumps
 except ImportError:  # pragma: no cover - orjson is a dependency
     _fast_dumps = None
+try:  # the codec's array tag and reserved keys, for the fast path of fast_encode_state
+    import numpy as np
+
+    from shiftwatch.operators.state_codec import _ND, _RESERVED_KEYS
+except ImportError:  # pragma: no cover - the codec changed: fast_encode_state falls back
+    _ND = _RESERVED_KEYS = None
 
 __all__ = ["Checkpointer", "PartitionTask"]
 
 log = logging.getLogger("shiftwatch.kafka")
 
 SEND_TIMEOUT_S = 120.0  # a blocking checkpoint waits this long for an acknowledgement
-# At-least-once checkpoints of one partition in flight (entries sent, marker not yet
-# acknowledged); a key's versions then use up to _IN_FLIGHT + 1 changelog slots.
+# At-least-once checkpoints of one partition in flight (group sent, marker not yet
+# acknowledged).
 _IN_FLIGHT = 3
 
 
 @dataclass
 class _Pending:
-    """A checkpoint whose entries are sent and whose marker is not acknowledged yet."""
+    """A checkpoint whose group entry is sent and whose marker is not acknowledged yet."""
 
     id: int
     offset: int
     marker: tuple[bytes, bytes]
     futures: list                       # outputs, dead letters, entries sent before it
-    flips: dict[tuple[int, str], int]   # (op, key) -> slot written, committed with the marker
+    written: list[tuple[int, str]]      # the (op, key) states in its group entry
+    keys: list[bytes] = field(default_factory=list)  # the group entry's message keys
     done: int = 0                       # futures[:done] are acknowledged
     marker_future: Any = None
 
@@ -70,17 +79,53 @@ class PartitionTask:
     checkpointed_offset: int | None = None
     since_checkpoint: int = 0
     dirty: list[set] = field(default_factory=list)   # per operator: keys changed since
-    slots: dict[tuple[int, str], int] = field(default_factory=dict)  # committed slots
+    # (op, key) -> id of the committed group holding its newest committed state
+    owners: dict[tuple[int, str], int] = field(default_factory=dict)
+    groups: dict[int, Group] = field(default_factory=dict)  # committed groups with live keys
+    shrunk: set[int] = field(default_factory=set)    # groups whose live keys to write again
     junk: list[bytes] = field(default_factory=list)  # entries of an unfinished checkpoint
+    dead: list[bytes] = field(default_factory=list)  # entries of groups with no live key
     futures: list = field(default_factory=list)      # sends since the last snapshot
     pendings: deque[_Pending] = field(default_factory=deque)  # oldest first
 
 
+def fast_encode_state(obj: Any) -> Any:
+    """:func:`~shiftwatch.operators.state_codec.encode_state` of ``obj``, about twice as fast
+    on the usual state types (exact ``dict`` with ``str`` keys, ``list``, ``str``, ``int``,
+    ``bool``, ``None``, finite ``float``, NumPy arrays of numbers): they are dispatched on
+    their exact type; everything else (tuples, NumPy scalars, subclasses, non-finite floats,
+    tagged dicts, extension types) goes to ``encode_state`` itself. Same value (tested
+    against ``encode_state``).
+
+    >>> import numpy as np
+    >>> s = {"n": 3, "x": np.array([0.5, 2.0]), "t": (1.5, float("nan")), "m": {"a": [1, None]}}
+    >>> fast_encode_state(s) == encode_state(s)
+    True
+    """
+    t = type(obj)
+    if t is float:
+        return obj if math.isfinite(obj) else encode_state(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return obj
+    if _ND is None:
+        return encode_state(obj)
+    if t is dict:
+        if _RESERVED_KEYS.isdisjoint(obj) and all(type(k) is str for k in obj):
+            return {k: fast_encode_state(v) for k, v in obj.items()}
+        return encode_state(obj)
+    if t is list:
+        return [fast_encode_state(v) for v in obj]
+    if t is np.ndarray and obj.ndim and not obj.dtype.hasobject:
+        return {_ND: b2a_base64(obj.tobytes(), newline=False).decode("ascii"),
+                "dtype": obj.dtype.str, "shape": list(obj.shape)}
+    return encode_state(obj)
+
+
 def state_bytes(state: Any) -> bytes:
     """``state`` as changelog bytes: :func:`~shiftwatch.operators.state_codec.encode_state`
-    written by orjson (several times faster than ``json.dumps``), read back by
-    :func:`~shiftwatch.operators.state_codec.loads_state` (any JSON parser gives the same
-    values: floats are written shortest-exact). Falls back to
+    (by :func:`fast_encode_state`) written by orjson (several times faster than
+    ``json.dumps``), read back by :func:`~shiftwatch.operators.state_codec.loads_state` (any
+    JSON parser gives the same values: floats are written shortest-exact). Falls back to
     :func:`~shiftwatch.operators.state_codec.dumps_state` for what orjson refuses (integers
     beyond 64 bits, lone surrogates).
 
@@ -90,7 +135,7 @@ def state_bytes(state: Any) -> bytes:
     >>> back["n"], back["x"].tolist(), back["t"]
     (3, [0.1, 1e-300], (1.5, None))
     """
-    enc = encode_state(state)
+    enc = fast_encode_state(state)
     if _fast_dumps is not None:
         try:
             return _fast_dumps(enc)
@@ -182,60 +227,92 @@ class Checkpointer:
             self._last_checkpoint_time = time.monotonic()
 
     def _snapshot(self, task: PartitionTask) -> bool:
-        """Send the entries of the keys changed since the last checkpoint (and tombstones of
-        an unfinished checkpoint's entries); queue the marker that commits them on
-        ``task.pendings``. Returns False if there is nothing new to checkpoint. A key's new
-        version goes to a slot that holds neither its committed version nor a version of a
-        checkpoint still in flight. May raise kafka-python errors (``send``)."""
+        """Send one group entry with the states of the keys changed since the last checkpoint
+        (and of the live keys of groups that fell below half live, see
+        :mod:`~shiftwatch.deploy.kafka_changelog`), after tombstones of an unfinished
+        checkpoint's entries and of dead groups; queue the marker that commits them on
+        ``task.pendings``. Returns False if there is nothing new to checkpoint. May raise
+        kafka-python errors (``send``)."""
         if task.next_offset is None or (task.next_offset == task.checkpointed_offset
                                         and not self.eos):
             return False
         assert len(task.pendings) < _IN_FLIGHT
-        topic, p = self.topic, task.partition
+        topic, p, changelog = self.topic, task.partition, self.changelog
         send = self.producer.send
         futures = task.futures
-        for key in task.junk:  # before a marker could cover their ids
-            futures.append(send(self.changelog, key=key, value=None, partition=p))
+        for key in (*task.junk, *task.dead):  # junk before a marker could cover its ids
+            futures.append(send(changelog, key=key, value=None, partition=p))
         task.junk = []
+        task.dead = []
         task.checkpoint_id += 1
         cid = task.checkpoint_id
-        chunk_bytes = self.settings["chunk_bytes"]
-        flips: dict[tuple[int, str], int] = {}
-        in_flight = [pend.flips for pend in task.pendings]
-        slots = task.slots
-        for i, op in enumerate(task.executor.operators):
+        ops = task.executor.operators
+        states: list[tuple[int, str, bytes]] = []
+        key_name = Keyed.key_name
+        for i, op in enumerate(ops):
+            existing = op.existing
             for key in task.dirty[i]:
-                kop = op.existing(key)
-                if kop is None:  # only bad records: the key was never kept
-                    continue
-                name = Keyed.key_name(key)
-                ref = (i, name)
-                slot = 0
-                if in_flight:
-                    used = {slots.get(ref), *(f.get(ref) for f in in_flight)}
-                    while slot in used:
-                        slot += 1
-                elif slots.get(ref) == 0:
-                    slot = 1
-                flips[ref] = slot
-                for k, v in encode_entry(topic, p, cid, i, name, slot,
-                                         state_bytes(kop.state_dict()), chunk_bytes):
-                    futures.append(send(self.changelog, key=k, value=v, partition=p))
+                kop = existing(key)
+                if kop is not None:  # None: only bad records, the key was never kept
+                    states.append((i, key_name(key), state_bytes(kop.state_dict())))
             task.dirty[i] = set()
+        if task.shrunk:
+            seen = {(i, name) for i, name, _ in states}
+            for gid in sorted(task.shrunk):
+                group = task.groups.get(gid)
+                for ref in sorted(group.live) if group is not None else ():
+                    if ref not in seen:
+                        kop = ops[ref[0]].existing(_key_unstr(ref[1]))
+                        if kop is not None:
+                            states.append((*ref, state_bytes(kop.state_dict())))
+                            seen.add(ref)
+            task.shrunk = set()
+        keys: list[bytes] = []
+        if states:
+            for k, v in encode_group(topic, p, cid, states, self.settings["chunk_bytes"]):
+                futures.append(send(changelog, key=k, value=v, partition=p))
+                keys.append(k)
         task.pendings.append(_Pending(
-            id=cid, offset=task.next_offset, futures=futures, flips=flips,
+            id=cid, offset=task.next_offset, futures=futures,
+            written=[(i, name) for i, name, _ in states], keys=keys,
             marker=encode_marker(topic, p, cid, task.next_offset,
-                                 [len(op) for op in task.executor.operators],
-                                 task.executor.deduper.state())))
+                                 [len(op) for op in ops], task.executor.deduper.state())))
         task.futures = []
         task.checkpointed_offset = task.next_offset
         task.since_checkpoint = 0
         return True
 
+    @staticmethod
+    def _committed(task: PartitionTask, pend: _Pending) -> None:
+        """Checkpoint ``pend``'s marker is durable: its group now holds the committed state
+        of the keys it wrote; groups left with no live key are queued for deletion, groups
+        below half live for writing their live keys again."""
+        if not pend.written:
+            return
+        owners, groups = task.owners, task.groups
+        touched = set()
+        for ref in pend.written:
+            old = owners.get(ref)
+            if old is not None:
+                group = groups.get(old)
+                if group is not None:
+                    group.live.discard(ref)
+                    touched.add(old)
+            owners[ref] = pend.id
+        groups[pend.id] = Group(size=len(pend.written), live=set(pend.written),
+                                keys=pend.keys)
+        for gid in touched:
+            group = groups[gid]
+            if not group.live:
+                task.dead.extend(groups.pop(gid).keys)
+                task.shrunk.discard(gid)
+            elif gid == LEGACY or 2 * len(group.live) < group.size:
+                task.shrunk.add(gid)
+
     def advance(self, task: PartitionTask, until: int | None = None) -> None:
         """Move the pending checkpoints of ``task`` on, oldest first (at-least-once): send a
         checkpoint's marker once everything sent before its snapshot is acknowledged, commit
-        its offset and flip its keys' slots once the marker is.
+        its offset and make its group hold its keys' committed states once the marker is.
 
         With ``until=None`` it only looks at what is already acknowledged (called between
         batches, so processing never waits); otherwise it waits (flushing only if something
@@ -272,7 +349,7 @@ class Checkpointer:
             if pend.marker_future.failed():
                 raise pend.marker_future.exception
             self._commit_offsets({task.partition: pend.offset}, sync=block)
-            task.slots.update(pend.flips)
+            self._committed(task, pend)
             pendings.popleft()
 
     def _commit_offsets(self, offsets: dict[int, int], sync: bool = True) -> None:
@@ -320,6 +397,10 @@ class Checkpointer:
                     self.advance(task, until=_IN_FLIGHT - 1)
                 self._snapshot(task)
                 self.advance(task, until=0)
+                for key in task.dead:  # committed: delete dead groups now, not next time
+                    self.producer.send(self.changelog, key=key, value=None,
+                                       partition=task.partition)
+                task.dead = []
             done = {t.partition: t.checkpointed_offset for t in tasks
                     if t.checkpointed_offset is not None}
             if done:  # synchronously, after any asynchronous commit of older offsets
@@ -343,7 +424,7 @@ class Checkpointer:
         self.producer.commit_transaction()
         self.in_txn = False
         for task in done:
-            task.slots.update(task.pendings.pop().flips)
+            self._committed(task, task.pendings.pop())
             task.futures = []
         if done:
             self._checkpointed({t.partition: t.checkpointed_offset for t in done})
@@ -365,8 +446,13 @@ class Checkpointer:
             op.load_state_dict({"operator": "keyed", "keys": {
                 k: loads_state(v) for k, v in states.items()}})
         task.executor.deduper.load(cp.upstream)
-        task.slots = dict(cp.slots)
+        task.owners = dict(cp.owners)
+        task.groups = {gid: Group(g.size, set(g.live), list(g.keys))
+                       for gid, g in cp.groups.items()}
+        task.shrunk = {gid for gid, g in task.groups.items()
+                       if gid == LEGACY or 2 * len(g.live) < g.size}
         task.junk = list(cp.junk)
+        task.dead = list(cp.dead)
         task.next_offset = task.checkpointed_offset = cp.offset
         task.checkpoint_id = cp.next_id - 1
 

@@ -8,12 +8,12 @@ with the input's coordinates ``{"input": {"topic", "partition", "offset", "n"}}`
 State: every ``checkpoint.every_records`` records of a partition, every
 ``checkpoint.every_seconds`` seconds, on revoke and on shutdown, the stage checkpoints the
 partition incrementally to ``<pipeline>.<stage>.changelog`` (see
-:mod:`shiftwatch.deploy.kafka_changelog`): the state of each key that changed since the previous
-checkpoint, then a commit marker with the next input offset, then it commits the offset. On
-assignment the stage restores each partition as of its newest marker and seeks to its offset,
-so the state never counts a record twice nor misses one.
+:mod:`shiftwatch.deploy.kafka_changelog`): the states of the keys that changed since the previous
+checkpoint, in one group entry, then a commit marker with the next input offset, then it commits
+the offset. On assignment the stage restores each partition as of its newest marker and seeks
+to its offset, so the state never counts a record twice nor misses one.
 
-* ``at-least-once``: a checkpoint snapshots the changed keys and sends their entries at once,
+* ``at-least-once``: a checkpoint snapshots the changed keys and sends their group at once,
   without waiting; its marker is sent only once every output, dead letter and entry sent
   before the snapshot is acknowledged (checked between batches, so the stage never stalls on
   a flush), and the offset is committed once the marker is acknowledged. Up to three

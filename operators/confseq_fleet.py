@@ -258,40 +258,36 @@ class ConfSeqFleet:
         if not self._plain or set(map(type, records)) != {dict}:
             return None
         fields = set().union(*records)  # every field name of the batch, at C speed
-        if "y" in fields or "task" in fields or "key" not in fields:
+        field = self._field
+        if "y" in fields or "task" in fields or "key" not in fields or field not in fields:
             return None
-        keys = [r.get("key", _NONE) for r in records]
+        has_ts = "ts" in fields
+        has_off = "offset" in fields
+        try:  # the columns; a record without a field others have: KeyError
+            keys = [r["key"] for r in records]
+            values = [r[field] for r in records]
+            tl = [r["ts"] for r in records] if has_ts else []
+            offs = [r["offset"] for r in records] if has_off else []
+        except KeyError:
+            return None
         try:
             slots = list(map(self._slot.get, keys))
         except TypeError:  # an unhashable key
             return None
-        if None in slots:  # a new key, or a record without one
+        if None in slots:  # a new key
             return None
-        field = self._field
-        values = [r.get(field) for r in records]
         if set(map(type, values)) != {float}:
             return None
         xs = np.array(values, dtype=np.float64)
         if not np.isfinite(xs).all() or (self._bounded and not (
                 (xs >= self._lo).all() and (xs <= self._hi).all())):
             return None
-        has_ts = "ts" in fields
-        if has_ts:
-            tl = [r.get("ts", _NONE) for r in records]
-            kinds = set(map(type, tl))
-            if kinds == {float}:
-                ts = np.array(tl, dtype=np.float64)
-            elif _NONE in tl:  # some records without ts
-                return None
-            else:
-                ts = np.array([math.nan if t is None else t for t in map(_ts, records)])
-        else:
-            tl = []
+        if not has_ts:
             ts = np.full(len(records), math.nan)
-        has_off = "offset" in fields
-        offs = [r.get("offset", _NONE) for r in records] if has_off else []
-        if has_off and _NONE in offs:
-            return None
+        elif set(map(type, tl)) == {float}:
+            ts = np.array(tl, dtype=np.float64)
+        else:
+            ts = np.array([math.nan if t is None else t for t in map(_ts, records)])
         out = self._run(np.array(slots, dtype=np.int64), xs, ts)
         lower = out[F_LOWER].astype(object)
         lower[~np.isfinite(out[F_LOWER])] = None

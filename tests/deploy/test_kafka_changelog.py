@@ -38,3 +38,42 @@ def test_the_old_full_state_format_is_not_read():
     # 0.1.0 wrote "T/P/<slot>/<chunk>" full-state checkpoints; nothing needs them now.
     old = [(b"in/3/1/0", b'{"id": 7, "offset": 120, "chunk": 0, "chunks": 1, "bytes": 2}\n{}')]
     assert restore(old, "in", 3) is None
+
+
+def test_checkpoint_state_encoding_equals_the_codec():
+    """The checkpointer's fast path gives exactly ``encode_state``'s value (and bytes that
+    ``loads_state`` reads back to the same state) on odd values and real operator states."""
+    import json
+
+    import numpy as np
+
+    from shiftwatch.deploy.kafka_checkpoint import fast_encode_state, state_bytes
+    from shiftwatch.deploy.pipeline import parse_pipeline
+    from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
+
+    class D(dict):
+        pass
+
+    class S(str):
+        pass
+
+    grid = np.arange(6.0).reshape(2, 3)
+    cases = [0, -5, 2**70, 1.5, -0.0, float("nan"), float("-inf"), True, None, "x", S("s"),
+             [1, [2.5, "a"]], (1, (2.0,)), {"a": 1}, {1: "a"}, {(1, 2): 3}, {"__tuple__": 1},
+             {"__ndarray__": "x", "b": 2}, D(a=1), {"d": D(b=[1])}, np.float32(1.5),
+             np.int64(3), np.bool_(True), np.array(2.0), grid, np.asfortranarray(grid),
+             grid[:, ::2], np.array([1, 2], dtype=">i4"), np.array([True, False]),
+             np.array(["a", None], dtype=object), np.zeros((0, 3)), np.array(["ab", "c"])]
+    states = [*cases, cases, {"all": cases}]
+    for name in ("cs", "river:ADWIN", "river:PageHinkley", "standardize"):
+        cfg = parse_pipeline({"pipeline": "p", "kafka": {"bootstrap_servers": "x:1"},
+                              "stages": [{"name": "s", "input": "in", "output": "out",
+                                          "operator": name, "params": {}}]})
+        op = cfg.stages[0].operators[0].build()
+        op.process_batch([{"key": "a", "ts": float(i), "value": float(np.sin(i))}
+                          for i in range(150)])
+        states.append(op.state_dict())
+    for s in states:
+        fast, ref = fast_encode_state(s), encode_state(s)
+        assert json.dumps(fast) == json.dumps(ref)
+        assert dumps_state(loads_state(state_bytes(s))) == dumps_state(s)

@@ -1,8 +1,8 @@
 """Incremental checkpoints without a broker: a fake producer records what a stage writes.
 
-These check the changelog protocol itself (which keys a checkpoint writes, the two slots, a
-checkpoint cut short between its key entries and its marker); the broker tests in
-test_kafka_stage.py check the same end to end.
+These check the changelog protocol itself (which keys a checkpoint writes, the group entries
+and when they are deleted, a checkpoint cut short between its group entry and its marker);
+the broker tests in test_kafka_stage.py check the same end to end.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import namedtuple
 
-from shiftwatch.deploy.kafka_changelog import restore
+from shiftwatch.deploy.kafka_changelog import decode_group, decode_message, restore
 from shiftwatch.deploy.kafka_stage import StageRunner
 from shiftwatch.deploy.pipeline import parse_pipeline
 from shiftwatch.operators.state_codec import dumps_state
@@ -112,12 +112,16 @@ def _recs(keys, n, seed=0):
 
 
 def _key_entries(log, since):
-    """(op, key) pairs written with a value after log position ``since``."""
-    out = set()
+    """(op, key) pairs written in group entries after log position ``since``."""
+    chunks: dict[int, dict[int, bytes]] = {}
     for k, v in log[since:]:
-        parts = k.decode().split("/", 6)
-        if parts[2] == "k" and v is not None:
-            out.add((int(parts[3]), parts[6]))
+        parts = k.decode().split("/")
+        if parts[2] == "g" and v is not None:
+            chunks.setdefault(int(parts[3]), {})[int(parts[4])] = decode_message(v)[1]
+    out = set()
+    for by_chunk in chunks.values():
+        payload = b"".join(by_chunk[i] for i in range(len(by_chunk)))
+        out.update((op, key) for op, key, _ in decode_group(payload))
     return out
 
 
@@ -143,8 +147,8 @@ def test_checkpoint_writes_only_changed_keys_and_restores_exactly():
     assert (r.id, r.offset) == (2, off)
     assert r.states == _states(task)
     assert r.states != first
-    # "b" went to the other slot; "a" is still in the slot of checkpoint 1.
-    assert r.slots[(0, "b")] != r.slots[(0, "a")]
+    # "b" is in checkpoint 2's group; "a" is still in the group of checkpoint 1.
+    assert (r.owners[(0, "b")], r.owners[(0, "a")]) == (2, 1)
     # A fresh runner restores the same state and goes on exactly like the original.
     other = _runner()
     t2 = other._new_task(0)
@@ -202,7 +206,8 @@ def test_restore_refuses_a_marker_whose_entries_are_missing():
     runner._tasks[0] = task
     _feed(runner, task, _recs(["a", "b"], 20), 0)
     runner.checkpointer.checkpoint([0])
-    log = [(k, v) for k, v in runner._producer.log if b"/k/0/" not in k or b"/a" not in k]
+    assert any(k == b"in/0/g/1/1" for k, _ in runner._producer.log)
+    log = [(k, v) for k, v in runner._producer.log if k != b"in/0/g/1/1"]  # a lost chunk
     try:
         restore(log, "in", 0)
     except ValueError as exc:
@@ -227,8 +232,8 @@ def test_list_keys_and_unhashable_keys():
 
 def test_checkpoints_in_flight_never_overwrite_each_other():
     """Snapshots go on while earlier markers are unacknowledged (up to three in flight);
-    a key written by each of them uses a different slot, and a restore at any acknowledged
-    marker gives exactly the state of that snapshot."""
+    a key written by each of them is in a different group entry, and a restore at any
+    acknowledged marker gives exactly the state of that snapshot."""
     runner = _runner(operators=("river:ADWIN",))
     task = runner._new_task(0)
     runner._tasks[0] = task
@@ -242,7 +247,9 @@ def test_checkpoints_in_flight_never_overwrite_each_other():
         runner.checkpointer.advance(task)  # nothing acknowledged: returns at once
         snapshots[task.checkpoint_id] = (off, _states(task))
     assert len(task.pendings) == 3
-    assert [p.flips[(0, "a")] for p in task.pendings] == [0, 1, 2]
+    assert all((0, "a") in p.written for p in task.pendings)
+    assert [{k.split(b"/")[3] for k in p.keys} for p in task.pendings] == [{b"1"}, {b"2"},
+                                                                            {b"3"}]
     assert not producer.log  # nothing reached the broker yet
     # Acknowledge everything sent up to snapshot 2's entries: marker 1 then goes out.
     producer.ack()
@@ -258,14 +265,113 @@ def test_checkpoints_in_flight_never_overwrite_each_other():
     assert (r.id, r.offset, r.states) == (2, *snapshots[2])
     assert runner._consumer.committed == {0: snapshots[2][0]}
     # A crash now (marker 3 lost) restores checkpoint 2; snapshot 3's entries are junk.
-    assert len(task.pendings) == 1 and task.slots[(0, "a")] == 1
+    assert len(task.pendings) == 1 and task.owners[(0, "a")] == 2
     assert r.junk and r.next_id == 4
     producer.ack()
     runner.checkpointer.advance(task)
     r = restore(producer.log, "in", 0)
     assert (r.id, r.offset, r.states) == (3, *snapshots[3])
-    assert not task.pendings and task.slots[(0, "a")] == 2
-    # The next version of a goes to a slot other than 2.
+    assert not task.pendings and task.owners[(0, "a")] == 3
+    # The next version of a goes to a new group; groups 1 and 2 hold no live key any more
+    # (3 rewrote a and b): the next snapshot deletes them, and only them.
+    assert set(task.groups) == {3}
     off = _feed(runner, task, _recs(["a"], 5), off)
     runner.checkpointer._snapshot(task)
-    assert task.pendings[-1].flips == {(0, "a"): 0}
+    assert task.pendings[-1].written == [(0, "a")]
+    assert {k.split(b"/")[3] for k in task.pendings[-1].keys} == {b"4"}
+    deleted = {h.message[0] for h in producer.held if h.message and h.message[1] is None}
+    assert {k.split(b"/")[3] for k in deleted} == {b"1", b"2"}
+    assert all(k.startswith(b"in/0/g/") for k in deleted)
+
+
+def _compact(log):
+    """What log compaction keeps: the last value of each key, deletes dropped."""
+    latest: dict = {}
+    for k, v in log:
+        latest.pop(k, None)
+        latest[k] = v
+    return [(k, v) for k, v in latest.items() if v is not None]
+
+
+def test_compacted_changelog_keeps_the_latest_state_of_every_key():
+    """Random subsets of keys change between checkpoints, so later group entries often lack
+    keys of earlier ones; after every checkpoint, the compacted changelog restores exactly
+    the stage's state, and the stored states stay within a small multiple of the live ones
+    (groups that fall below half live are written again and deleted)."""
+    import random
+
+    rnd = random.Random(7)
+    keys = [f"k{i}" for i in range(12)]
+    runner = _runner(chunk_bytes=300)
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    off = 0
+    # 40 random subsets, then shrinking sets (each leaves the previous group with a single
+    # live key for good: without writing such groups again they would pile up).
+    plan = [rnd.sample(keys, rnd.choice([1, 2, 3, 6, 12])) for _ in range(40)]
+    plan += [keys[i:] for i in range(len(keys))]
+    for step, chosen in enumerate(plan):
+        off = _feed(runner, task, _recs(chosen, rnd.randint(len(chosen), 30), seed=step), off)
+        runner.checkpointer.checkpoint([0])
+        log = runner._producer.log
+        if rnd.random() < 0.5:
+            runner._producer.log = log = _compact(log)
+        compacted = _compact(log)
+        r = restore(compacted, "in", 0)
+        assert (r.id, r.offset) == (step + 1, off)
+        assert r.states == _states(task)
+        assert not r.junk
+        stored = sum(g.size for gid, g in r.groups.items())
+        live = sum(len(s) for s in r.states)
+        assert stored <= 3 * live, (step, stored, live)
+        assert len({k.split(b"/")[3] for k, _ in compacted if b"/g/" in k}) == len(r.groups)
+    # A stage restored from the compacted changelog goes on like the original.
+    other = _runner(chunk_bytes=300)
+    t2 = other._new_task(0)
+    other.checkpointer.load(t2, restore(_compact(runner._producer.log), "in", 0))
+    more = _recs(keys, 40, seed=99)
+    _feed(runner, task, more, off)
+    _feed(other, t2, more, off)
+    assert _states(t2) == _states(task)
+
+
+def test_format1_changelog_is_restored_then_migrated_to_groups():
+    """A changelog of per-key entries (what releases up to 0.1 wrote) restores; the first
+    checkpoint after it writes every key into its group entry, even unchanged ones, and only
+    once its marker is written are the per-key entries deleted."""
+    from shiftwatch.deploy.kafka_changelog import LEGACY, encode_entry, encode_marker
+
+    runner = _runner()
+    task = runner._new_task(0)
+    off = _feed(runner, task, _recs(["a", "b", "c"], 45), 0)
+    old = []
+    for op, states in enumerate(_states(task)):
+        for key, state in states.items():
+            old += encode_entry("in", 0, 5, op, key, 1, state, 64)
+            old += encode_entry("in", 0, 4, op, key, 0, b'"an older version"', 64)
+    old.append(encode_marker("in", 0, 5, off, [3, 3], task.executor.deduper.state()))
+    r = restore(old, "in", 0)
+    assert (r.id, r.offset, r.states) == (5, off, _states(task))
+    assert set(r.owners.values()) == {LEGACY} and r.slots[(0, "a")] == 1 and not r.junk
+    again = _runner()
+    t2 = again._new_task(0)
+    again.checkpointer.load(t2, r)
+    again._tasks[0] = t2
+    again._producer.log = list(old)
+    off2 = _feed(again, t2, _recs(["a"], 10, seed=2), off)
+    # Checkpoint 6's group entry is written, its marker not (a crash): still checkpoint 5.
+    assert again.checkpointer._snapshot(t2)
+    assert _key_entries(again._producer.log, len(old)) == {(i, k) for i in (0, 1)
+                                                           for k in "abc"}
+    cut = list(again._producer.log)
+    assert restore(cut, "in", 0).states == r.states
+    assert all(v is not None for _, v in cut)  # no per-key entry deleted yet
+    again.checkpointer.checkpoint([0])  # marker 6, then the per-key entries are deleted
+    log = again._producer.log
+    assert restore(log, "in", 0).states == _states(t2)
+    assert {k for k, v in log if v is None} == {k for k, _ in old if b"/k/" in k}
+    compacted = _compact(log)
+    assert not any(b"/k/" in k for k, _ in compacted)
+    r2 = restore(compacted, "in", 0)
+    assert (r2.id, r2.offset, r2.states) == (6, off2, _states(t2))
+    assert set(r2.owners.values()) == {6} and not r2.dead
