@@ -55,6 +55,8 @@ __all__ = ["ConfSeqFleet", "fleet_eligible"]
 _MIN_CAP = 8  # a hull block's first size (a run's hull is mostly smaller)
 _STATE_CAP = 16  # a detector's first hull arrays: the least size of a state's hull arrays
 _NONE = object()
+#: Detector state entries a slot fills in itself (the others start as a fresh detector's).
+_FROM_SLOT = ("_scalars", "_burn", "_hull_x", "_hull_y", "_hull_t")
 
 
 def fleet_eligible(op: ConfSeqOperator) -> bool:
@@ -402,7 +404,8 @@ class ConfSeqFleet:
 
     def slot_state(self, k: int) -> dict:
         """Slot ``k``'s state as :meth:`ConfSeqOperator.state_dict` gives it."""
-        det = {name: arr.copy() for name, arr in self._det_state.items()}
+        det = {name: (arr.copy() if name not in _FROM_SLOT else None)
+               for name, arr in self._det_state.items()}  # the detector's key order
         scal = self._scal[k].copy()
         det["_scalars"] = scal
         det["_burn"] = self._burn[k].copy()
