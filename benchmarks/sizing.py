@@ -201,7 +201,7 @@ def run_stage_processes(bootstrap: str, operator: str, processes: int, partition
 def plan(sensors: float, hz: float, stage_rate: float, memory_per_key: float,
          changelog_per_key: float, base_rss: float, utilisation: float = 0.7,
          every_records: int = 10_000, every_seconds: float = 10.0,
-         partitions_per_process: int = 2) -> dict:
+         partitions_per_process: int = 2, chunk_bytes: int = 512 * 1024) -> dict:
     """The README "Sizing" formula.
 
     R = sensors * hz records/s; processes P = ceil(R / (utilisation * stage_rate)) (one core
@@ -209,8 +209,8 @@ def plan(sensors: float, hz: float, stage_rate: float, memory_per_key: float,
     (sensors / P) * memory_per_key; checkpoint interval per partition
     T = min(every_records / (R / N), every_seconds); a key changes in an interval with
     probability q = 1 - exp(-hz * T); checkpoint traffic = sensors * q * changelog_per_key / T
-    bytes/s in sensors * q / T changelog messages/s (plus one marker per partition and
-    interval).
+    bytes/s in N / T group entries per second (one per partition and checkpoint), each cut
+    into chunks of at most ``chunk_bytes`` (plus one marker per partition and interval).
     """
     rate = sensors * hz
     p = max(1, math.ceil(rate / (utilisation * stage_rate)))
@@ -222,7 +222,8 @@ def plan(sensors: float, hz: float, stage_rate: float, memory_per_key: float,
             "memory_per_process_bytes": base_rss + sensors / p * memory_per_key,
             "checkpoint_interval_s": interval, "changed_fraction": q,
             "checkpoint_bytes_per_s": sensors * q * changelog_per_key / interval,
-            "checkpoint_messages_per_s": sensors * q / interval + n / interval}
+            "checkpoint_messages_per_s": n / interval * (
+                math.ceil(sensors / n * q * changelog_per_key / chunk_bytes) + 1)}
 
 
 def main() -> None:
