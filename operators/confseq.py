@@ -81,7 +81,7 @@ def _compile_steps() -> list:
     C-contiguous, made by ``_pack``), so it calls the compiled functions for exactly those
     types and skips the dispatcher's per-call typing of every argument (~0.1 us of ~0.5 us).
     """
-    sig = (types.float64, types.float64[::1], types.int64[::1])
+    sig = (types.float64, types.int64[::1])
     _STEPS[:] = [cs_hull_step.compile(sig), cs_betting_step.compile(sig)]
     return _STEPS
 
@@ -318,9 +318,10 @@ class ConfSeqDetector(river_base.DriftDetector):
         self._pack()
 
     def _pack(self) -> None:
-        """Copy the state arrays into one float and one int buffer and rebind them as views.
+        """Copy the state arrays into one int64 allocation (meta block, then the floats stored
+        bit for bit) and rebind them as views of it.
 
-        ``update`` hands only these two buffers to the Numba kernel (see ``HULL_STATE`` in
+        ``update`` hands only that one array to the Numba kernel (see ``HULL_STATE`` in
         :mod:`shiftwatch.operators.confseq_kernels`). Called after any array is replaced (reset,
         hull growth, state restore, copy).
         """
@@ -330,7 +331,10 @@ class ConfSeqDetector(river_base.DriftDetector):
         meta = np.zeros(M_LAYOUT + 4 * len(names) + sizes.size, dtype=np.int64)
         meta[M_FLAG] = self._bernstein if self._hull else self._quantile
         meta[M_PFA] = bool(self.pfa)
-        buf = np.empty(sum(a.size for a in arrays))
+        n_meta = meta.shape[0]
+        mem = np.zeros(1 + n_meta + sum(a.size for a in arrays), dtype=np.int64)
+        mem[0] = n_meta
+        buf = mem[1 + n_meta:].view(np.float64)  # the floats, stored in the same allocation
         offset = 0
         for k, (name, arr) in enumerate(zip(names, arrays, strict=True)):
             view = buf[offset:offset + arr.size].reshape(arr.shape)
@@ -339,9 +343,12 @@ class ConfSeqDetector(river_base.DriftDetector):
             meta[M_LAYOUT + 4 * k:M_LAYOUT + 4 * k + 4] = (offset, *arr.shape,
                                                            *(1,) * (3 - arr.ndim))
             offset += arr.size
+        mem[1:1 + n_meta] = meta
+        meta = mem[1:1 + n_meta]
         if self._hull:
             meta[M_HULL_SIZE:] = sizes
             self._hull_size = meta[M_HULL_SIZE:].reshape(self._hull_size.shape)
+        self._mem = mem
         self._buf = buf
         self._meta = meta
 
@@ -358,7 +365,7 @@ class ConfSeqDetector(river_base.DriftDetector):
 
     #: Underscore attributes that are derived from the parameters, not learned.
     _CONFIG = ("_grid", "_lam_plus", "_lam_minus", "_log_thr", "_drift_detected", "_one",
-               "_params", "_buf", "_meta", "_hint", "_support", "_step")
+               "_params", "_mem", "_buf", "_meta", "_hint", "_support", "_step")
 
     def state_dict(self) -> dict:
         """The learned state: NumPy arrays only (a copy)."""
@@ -481,7 +488,7 @@ class ConfSeqDetector(river_base.DriftDetector):
         """Update with one value (a number); raises BadInput for bad values."""
         # The common case in one line: a finite float, unbounded data, room in the hull.
         if type(x) is float and x - x == 0.0 and not self._bounded \
-                and self._step(x, self._buf, self._meta):
+                and self._step(x, self._mem):
             return
         self._update_slow(x)
 
@@ -489,14 +496,14 @@ class ConfSeqDetector(river_base.DriftDetector):
         if type(x) is not float or x - x != 0.0 or (
                 self._bounded and not self.lower <= x <= self.upper):
             x = float(self._check(x))
-        while not self._step(x, self._buf, self._meta):  # 0: a hull array is full
+        while not self._step(x, self._mem):  # 0: a hull array is full
             self._grow()
 
-    def _first_step(self, x: float, buf: np.ndarray, meta: np.ndarray) -> int:
+    def _first_step(self, x: float, mem: np.ndarray) -> int:
         """``_step`` until the first update: binds the compiled kernel (compiling or loading
         it from Numba's cache) and runs it."""
         self._step = (_STEPS or _compile_steps())[0 if self._hull else 1]
-        return self._step(x, buf, meta)
+        return self._step(x, mem)
 
     def update_many(self, xs: Iterable[float]) -> np.ndarray:
         """Update with every value of ``xs``; return the positions of the alarms in ``xs``.
