@@ -21,9 +21,7 @@ its checkpoint bookkeeping.
 from __future__ import annotations
 
 import logging
-import math
 import time
-from binascii import b2a_base64
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,12 +35,6 @@ try:
     from orjson import dumps as _fast_dumps
 except ImportError:  # pragma: no cover - orjson is a dependency
     _fast_dumps = None
-try:  # the codec's array tag and reserved keys, for the fast path of fast_encode_state
-    import numpy as np
-
-    from shiftwatch.operators.state_codec import _ND, _RESERVED_KEYS
-except ImportError:  # pragma: no cover - the codec changed: fast_encode_state falls back
-    _ND = _RESERVED_KEYS = None
 
 __all__ = ["Checkpointer", "PartitionTask"]
 
@@ -89,41 +81,9 @@ class PartitionTask:
     pendings: deque[_Pending] = field(default_factory=deque)  # oldest first
 
 
-def fast_encode_state(obj: Any) -> Any:
-    """:func:`~shiftwatch.operators.state_codec.encode_state` of ``obj``, about twice as fast
-    on the usual state types (exact ``dict`` with ``str`` keys, ``list``, ``str``, ``int``,
-    ``bool``, ``None``, finite ``float``, NumPy arrays of numbers): they are dispatched on
-    their exact type; everything else (tuples, NumPy scalars, subclasses, non-finite floats,
-    tagged dicts, extension types) goes to ``encode_state`` itself. Same value (tested
-    against ``encode_state``).
-
-    >>> import numpy as np
-    >>> s = {"n": 3, "x": np.array([0.5, 2.0]), "t": (1.5, float("nan")), "m": {"a": [1, None]}}
-    >>> fast_encode_state(s) == encode_state(s)
-    True
-    """
-    t = type(obj)
-    if t is float:
-        return obj if math.isfinite(obj) else encode_state(obj)
-    if t is str or t is int or t is bool or obj is None:
-        return obj
-    if _ND is None:
-        return encode_state(obj)
-    if t is dict:
-        if _RESERVED_KEYS.isdisjoint(obj) and all(type(k) is str for k in obj):
-            return {k: fast_encode_state(v) for k, v in obj.items()}
-        return encode_state(obj)
-    if t is list:
-        return [fast_encode_state(v) for v in obj]
-    if t is np.ndarray and obj.ndim and not obj.dtype.hasobject:
-        return {_ND: b2a_base64(obj.tobytes(), newline=False).decode("ascii"),
-                "dtype": obj.dtype.str, "shape": list(obj.shape)}
-    return encode_state(obj)
-
-
 def state_bytes(state: Any) -> bytes:
     """``state`` as changelog bytes: :func:`~shiftwatch.operators.state_codec.encode_state`
-    (by :func:`fast_encode_state`) written by orjson (several times faster than
+    written by orjson (several times faster than
     ``json.dumps``), read back by :func:`~shiftwatch.operators.state_codec.loads_state` (any
     JSON parser gives the same values: floats are written shortest-exact). Falls back to
     :func:`~shiftwatch.operators.state_codec.dumps_state` for what orjson refuses (integers
@@ -135,7 +95,7 @@ def state_bytes(state: Any) -> bytes:
     >>> back["n"], back["x"].tolist(), back["t"]
     (3, [0.1, 1e-300], (1.5, None))
     """
-    enc = fast_encode_state(state)
+    enc = encode_state(state)
     if _fast_dumps is not None:
         try:
             return _fast_dumps(enc)

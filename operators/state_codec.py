@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from binascii import b2a_base64
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,6 +42,20 @@ def encode_state(obj: Any) -> Any:
     >>> back["n"], back["m"].tolist(), back[(1, 2)]
     (3, [0.1, 0.2], (3, None))
     """
+    # The usual state types by their exact type first (about twice as fast as the isinstance
+    # chain below, which gives the same values for them; checkpoints encode many states).
+    t = type(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return obj
+    if t is float and math.isfinite(obj):
+        return obj
+    if t is dict and _RESERVED_KEYS.isdisjoint(obj) and all(type(k) is str for k in obj):
+        return {k: encode_state(v) for k, v in obj.items()}
+    if t is list:
+        return [encode_state(v) for v in obj]
+    if t is np.ndarray and obj.ndim and not obj.dtype.hasobject:
+        return {_ND: b2a_base64(obj.tobytes(), newline=False).decode("ascii"),
+                "dtype": obj.dtype.str, "shape": list(obj.shape)}
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
