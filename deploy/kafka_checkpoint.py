@@ -28,7 +28,7 @@ from typing import Any
 
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.kafka_changelog import LEGACY, Group, Restored, encode_group, encode_marker
-from shiftwatch.operators.keyed import Keyed, _key_unstr
+from shiftwatch.operators.keyed import Keyed
 from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
 
 try:
@@ -222,7 +222,7 @@ class Checkpointer:
                 group = task.groups.get(gid)
                 for ref in sorted(group.live) if group is not None else ():
                     if ref not in seen:
-                        kop = ops[ref[0]].existing(_key_unstr(ref[1]))
+                        kop = ops[ref[0]].existing(Keyed.key_from_name(ref[1]))
                         if kop is not None:
                             states.append((*ref, state_bytes(kop.state_dict())))
                             seen.add(ref)

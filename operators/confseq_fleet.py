@@ -48,7 +48,8 @@ from shiftwatch.operators.confseq_kernels import (
     S_TSLO,
     S_UPPER,
 )
-from shiftwatch.operators.records import BadInput
+from shiftwatch.operators.keyed import BAD_KEY_REASON, Keyed
+from shiftwatch.operators.records import BadInput, DeadLetter
 
 __all__ = ["ConfSeqFleet", "fleet_eligible"]
 
@@ -193,6 +194,14 @@ class ConfSeqFleet:
                         self._grow_block(k, s)
         return out
 
+    def process(self, record: Mapping, owner: Any) -> list[dict]:
+        """:meth:`process_batch` of one record; a bad one raises BadInput, as an operator's
+        ``process`` does."""
+        res = self.process_batch([record], owner)
+        if len(res) == 1 and isinstance(res[0], DeadLetter):
+            raise BadInput(res[0].reason)
+        return res
+
     def process_batch(self, records: Iterable[Mapping], owner: Any) -> list:
         """One output or dead letter per record, in input order (``owner``, the
         :class:`Keyed`, makes the dead letters of unusable keys).
@@ -320,16 +329,14 @@ class ConfSeqFleet:
 
     def _special(self, record: Any, owner: Any) -> Any:
         """A record off the short path: ``(slot, value)`` for the kernel, or its result."""
-        from shiftwatch.operators.keyed import _key_of
-
         key = record.get("key") if isinstance(record, Mapping) else None
         if type(key) is list:
-            key = _key_of(key)
+            key = Keyed.normalize_key(key)
         try:
             k = self._slot.get(key)
             obj = self._objs.get(key) if k is None else None
         except TypeError:
-            return owner._dead_letter(record, BadInput("key is not a string, number or list"))
+            return owner._dead_letter(record, BadInput(BAD_KEY_REASON))
         if obj is not None:
             return obj.process_batch([record])[0]
         try:
@@ -351,33 +358,20 @@ class ConfSeqFleet:
         at, ats = out[F_AT].tolist(), out[F_TS].tolist()
         locate = self._locate
         inf = math.inf
+        output = self.template._output  # the passthrough fields, as every operator's
         result: list[dict] = []
-        append = result.append
         for i, idx in enumerate(fed):
-            record = records[idx]
-            o = {}
-            if "key" in record:
-                o["key"] = record["key"]
-            if "ts" in record:
-                o["ts"] = record["ts"]
-            if "offset" in record:
-                o["offset"] = record["offset"]
-            if "y" in record:
-                o["y"] = record["y"]
-            if "task" in record:
-                o["task"] = record["task"]
             lw = lower[i]
             up = upper[i]
             a = alarm[i] != 0.0
-            o["alarm"] = a
-            o["lower"] = lw if -inf < lw < inf else None
-            o["upper"] = up if -inf < up < inf else None
+            o = output(records[idx], alarm=a, lower=lw if -inf < lw < inf else None,
+                       upper=up if -inf < up < inf else None)
             if a and locate:
                 o["change_at"] = int(at[i])
                 t = ats[i]
                 if t == t:
                     o["change_ts"] = t
-            append(o)
+            result.append(o)
         return result
 
     # ---- keys and state --------------------------------------------------------------

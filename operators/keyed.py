@@ -65,10 +65,11 @@ class Keyed(Operator):
         self._reset()
 
     def _reset(self) -> None:
-        self._ops: dict[Any, Operator] = {}
         op = self.operator
-        # An operator may keep all keys in arrays instead of one clone per key.
-        self._store = op._keyed_store() if isinstance(op, Operator) else None
+        # An operator may keep all its keys in one store (e.g. cs: arrays); by default each
+        # key gets a clone of it.
+        store = op._keyed_store() if isinstance(op, Operator) else None
+        self._store = store if store is not None else _Clones(self._new)
 
     def _new(self) -> Operator:
         op = self.operator
@@ -80,26 +81,20 @@ class Keyed(Operator):
         With a keyed store (e.g. ``cs``'s fleet) an existing key's entry is a view whose
         ``state_dict`` reads the store; a new key gets an operator object of its own.
         """
-        if self._store is not None:
-            return self._store.existing(key) or self._store.object_for(key)
-        op = self._ops.get(key)
-        if op is None:
-            op = self._ops[key] = self._new()
-        return op
+        got = self._store.existing(key)
+        return got if got is not None else self._store.object_for(key)
 
     @property
     def keys(self) -> list:
         """The keys seen so far (with at least one accepted record)."""
-        return self._store.keys if self._store is not None else list(self._ops)
+        return self._store.keys
 
     def existing(self, key: Any) -> Operator | None:
         """The operator of ``key`` if the key exists, else None (nothing is created).
 
         With a keyed store, an object with the key's ``state_dict``.
         """
-        if self._store is not None:
-            return self._store.existing(key)
-        return self._ops.get(key)
+        return self._store.existing(key)
 
     @staticmethod
     def normalize_key(key: Any) -> Any:
@@ -111,15 +106,70 @@ class Keyed(Operator):
         """The string a key is stored under in :meth:`state_dict` (and in changelogs)."""
         return _key_str(key)
 
+    @staticmethod
+    def key_from_name(name: str) -> Any:
+        """The key stored under ``name`` (the inverse of :meth:`key_name`)."""
+        return _key_unstr(name)
+
     def __len__(self) -> int:
-        return len(self._store) if self._store is not None else len(self._ops)
+        return len(self._store)
 
     def process(self, record: Mapping) -> list[dict]:
-        if self._store is not None:
-            res = self._store.process_batch([record], self)
-            if len(res) == 1 and isinstance(res[0], DeadLetter):
-                raise BadInput(res[0].reason)  # as an operator's process() would
-            return res
+        return self._store.process(record, self)
+
+    def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
+        return self._store.process_batch(records, self)
+
+    def state_dict(self) -> dict:
+        store = self._store
+        return {"operator": "keyed",
+                "keys": {_key_str(k): store.existing(k).state_dict() for k in store.keys}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if not isinstance(state, Mapping) or "keys" not in state:
+            raise ValueError("Keyed state_dict has no 'keys' entry")
+        self._reset()
+        for k, s in state["keys"].items():
+            self._store.load_key(_key_unstr(k), s)
+
+    def _get_params(self) -> dict:
+        return {"operator": self.operator}
+
+
+_BAD_KEY = object()
+#: The dead-letter reason of a record whose key cannot be a key (e.g. a JSON object).
+BAD_KEY_REASON = "key is not a string, number or list"
+
+
+class _Clones:
+    """The default store of :class:`Keyed`: one clone of the operator per key."""
+
+    def __init__(self, new: Callable[[], Operator]):
+        self._new = new
+        self._ops: dict[Any, Operator] = {}
+
+    @property
+    def keys(self) -> list:
+        return list(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def existing(self, key: Any) -> Operator | None:
+        return self._ops.get(key)
+
+    def object_for(self, key: Any) -> Operator:
+        op = self._ops.get(key)
+        if op is None:
+            op = self._ops[key] = self._new()
+        return op
+
+    def load_key(self, key: Any, state: Mapping) -> None:
+        op = self._new()
+        op.load_state_dict(state)
+        self._ops[key] = op
+
+    def process(self, record: Mapping, owner: Operator) -> list[dict]:
         key = _key_of(record.get("key") if isinstance(record, Mapping) else None)
         op = self._ops.get(key)
         if op is not None:
@@ -131,9 +181,8 @@ class Keyed(Operator):
         self._ops[key] = op
         return out
 
-    def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
-        if self._store is not None:
-            return self._store.process_batch(records, self)
+    def process_batch(self, records: Iterable[Mapping], owner: Operator
+                      ) -> list[dict | DeadLetter]:
         groups: dict[Any, list] = {}
         for record in records:
             if type(record) is dict:  # the common case, without the Mapping ABC check
@@ -154,8 +203,7 @@ class Keyed(Operator):
         ops = self._ops
         for key, group in groups.items():
             if key is _BAD_KEY:
-                out.extend(self._dead_letter(r, BadInput("key is not a string, number or list"))
-                           for r in group)
+                out.extend(owner._dead_letter(r, BadInput(BAD_KEY_REASON)) for r in group)
                 continue
             op = ops.get(key)
             if op is not None:
@@ -173,36 +221,9 @@ class Keyed(Operator):
             # Every bad record gives exactly one dead letter: if all were bad, the operator
             # is still fresh and the key is not kept.
             if sum(isinstance(r, DeadLetter) for r in res) < len(group):
-                self._ops[key] = op
+                ops[key] = op
             out.extend(res)
         return out
-
-    def state_dict(self) -> dict:
-        if self._store is not None:
-            store = self._store
-            return {"operator": "keyed",
-                    "keys": {_key_str(k): store.existing(k).state_dict() for k in store.keys}}
-        return {"operator": "keyed",
-                "keys": {_key_str(k): op.state_dict() for k, op in self._ops.items()}}
-
-    def load_state_dict(self, state: Mapping) -> None:
-        if not isinstance(state, Mapping) or "keys" not in state:
-            raise ValueError("Keyed state_dict has no 'keys' entry")
-        self._reset()
-        if self._store is not None:
-            for k, s in state["keys"].items():
-                self._store.load_key(_key_unstr(k), s)
-            return
-        for k, s in state["keys"].items():
-            op = self._new()
-            op.load_state_dict(s)
-            self._ops[_key_unstr(k)] = op
-
-    def _get_params(self) -> dict:
-        return {"operator": self.operator}
-
-
-_BAD_KEY = object()
 
 
 def _key_of(key: Any) -> Any:

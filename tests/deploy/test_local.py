@@ -195,7 +195,7 @@ def test_ctrl_c_inside_an_operator_counts_no_record_twice(how):
     # No record reached the operator twice (the old runner re-ran the interrupted batch).
     assert len(Counting.seen) == len(set(Counting.seen))
     state = {k: s["_n"] if "_n" in s else s for k, s in
-             ((k, v.__dict__) for k, v in pipe.operators[0]._ops.items())}
+             ((k, pipe.operators[0].existing(k).__dict__) for k in pipe.operators[0].keys)}
     assert sum(state.values()) == len(Counting.seen)
     if how == "signal":
         # The SIGINT waited for the batch: the state holds exactly the written batches
