@@ -36,7 +36,7 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "hull_max_slope",
+__all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "hull_argmax_slope",
            "hull_walk_argmax",
            "HULL_STATE", "BETTING_STATE", "M_FLAG", "M_PFA", "M_LAYOUT",
            "M_HULL_SIZE",
@@ -78,8 +78,9 @@ OUT_ROWS = 5
 
 
 @njit(cache=True)
-def hull_max_slope(hx, hy, h, qx, qy):
-    """Max over hull points k of (qy - hy[k]) / (qx - hx[k]), by binary search.
+def hull_argmax_slope(hx, hy, h, qx, qy):
+    """The index ``k`` of the max over hull points of ``(qy - hy[k]) / (qx - hx[k])``, by
+    binary search (the leftmost one at a tie).
 
     The points form a lower convex hull with increasing x, all left of ``qx``, so the slope
     is unimodal along the hull.
@@ -89,20 +90,6 @@ def hull_max_slope(hx, hy, h, qx, qy):
     while lo < hi:
         mid = (lo + hi) // 2
         # slope(mid) < slope(mid + 1), cross-multiplied (both run lengths are positive)
-        if (qy - hy[mid]) * (qx - hx[mid + 1]) < (qy - hy[mid + 1]) * (qx - hx[mid]):
-            lo = mid + 1
-        else:
-            hi = mid
-    return (qy - hy[lo]) / (qx - hx[lo])
-
-
-@njit(cache=True)
-def hull_argmax_slope(hx, hy, h, qx, qy):
-    """The index ``k`` of :func:`hull_max_slope`'s maximum (same search, same tie-breaking)."""
-    lo = 0
-    hi = h - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
         if (qy - hy[mid]) * (qx - hx[mid + 1]) < (qy - hy[mid + 1]) * (qx - hx[mid]):
             lo = mid + 1
         else:
@@ -129,30 +116,28 @@ def hull_walk_argmax(hx, hy, h, qx, qy, k):
     return k
 
 
-@intrinsic
-def _address_f64(typingctx, buf, offset):
-    """Pointer to ``buf[offset]`` of an int64 array, as a pointer to float64 (the packed
-    state's float part lives in the same allocation as its int part)."""
-    sig = types.CPointer(types.float64)(buf, offset)
+def _pointer_intrinsic(as_float64: bool):
+    """An intrinsic ``(buf, offset) -> pointer to buf[offset]`` (a 1-d array), typed as a
+    pointer to the array's own dtype, or to float64 (the packed state's float part lives in
+    the same int64 allocation as its int part). For views without reference counting."""
 
-    def codegen(context, builder, signature, args):
-        arr = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
-        ptr = builder.gep(arr.data, [args[1]])
-        return builder.bitcast(ptr, context.get_value_type(types.CPointer(types.float64)))
+    @intrinsic
+    def address(typingctx, buf, offset):
+        sig = types.CPointer(types.float64 if as_float64 else buf.dtype)(buf, offset)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            arr = cgutils.create_struct_proxy(signature.args[0])(context, builder,
+                                                                  value=args[0])
+            ptr = builder.gep(arr.data, [args[1]])
+            return builder.bitcast(ptr, context.get_value_type(signature.return_type))
+
+        return sig, codegen
+
+    return address
 
 
-@intrinsic
-def _address(typingctx, buf, offset):
-    """Pointer to ``buf[offset]`` (a 1-d array), for views without reference counting."""
-    sig = types.CPointer(buf.dtype)(buf, offset)
-
-    def codegen(context, builder, signature, args):
-        arr = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
-        return builder.gep(arr.data, [args[1]])
-
-    return sig, codegen
+_address = _pointer_intrinsic(False)
+_address_f64 = _pointer_intrinsic(True)
 
 
 # Views of the packed buffer: ``carray`` views carry no reference count, whereas slicing would
