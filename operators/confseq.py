@@ -564,6 +564,13 @@ def _ts(record: Mapping) -> float | None:
     return None
 
 
+def _cs_start(position: int, columns: list[np.ndarray]) -> tuple[int, float | None]:
+    """``(change_at, change_ts)`` of an alarm at ``position`` from the kernels' output columns
+    of the coordinates that alarmed there: the earliest located CS start, with its ts."""
+    at, t = min((position - int(col[3]), float(col[4])) for col in columns)
+    return at, None if t != t else t
+
+
 def _ts_array(ts: list) -> np.ndarray:
     """The ``ts`` of a batch as float64, NaN for none (empty when no record had one)."""
     if not ts or all(t is None for t in ts):
@@ -833,10 +840,7 @@ class ConfSeqOperator(Operator):
             located = {}
             hit = outs[0][0] != 0.0 if d == 1 else np.any([o[0] != 0.0 for o in outs], axis=0)
             for i in np.flatnonzero(hit).tolist():
-                # The earliest located start among the coordinates that alarmed, with its ts.
-                at, t = min((base + i - int(o[3, i]), float(o[4, i])) for o in outs
-                            if o[0, i] != 0.0)
-                located[i] = (at, None if t != t else t)
+                located[i] = _cs_start(base + i, [o[:, i] for o in outs if o[0, i] != 0.0])
             return outs, located
         tarr = _ts_array(ts) if kind == "cs" else _NO_TS
         pieces: list[list[np.ndarray]] = [[] for _ in range(d)]
@@ -862,12 +866,9 @@ class ConfSeqOperator(Operator):
                              ts[pushed:e + 1])
             pushed = e + 1
             if kind == "cs":
-                # The kernels' lag of the last value each alarmed detector consumed (its
-                # alarm) and that start's ts: the earliest located start.
-                at, t = min((base + e - int(pieces[c][-1][3, -1]), float(pieces[c][-1][4, -1]))
-                            for c in alarmed)
-                located[e] = (at, None if t != t else t)
-                window.drop_before(at)
+                # Each alarmed detector's last value consumed is its alarm.
+                located[e] = _cs_start(base + e, [pieces[c][-1][:, -1] for c in alarmed])
+                window.drop_before(located[e][0])
             elif kind is not None:
                 at = self._locate_at(window, base + e, alarmed, pieces, kind)
                 located[e] = (at, window.ts_at(at))
