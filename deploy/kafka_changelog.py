@@ -165,6 +165,11 @@ class Group:
     live: set[tuple[int, str]] = field(default_factory=set)
     keys: list[bytes] = field(default_factory=list)
 
+    def to_rewrite(self, gid: int) -> bool:
+        """Whether its live keys are to be written again (so it can be deleted): the legacy
+        entries always, a group once fewer than half of its states are live."""
+        return gid == LEGACY or 2 * len(self.live) < self.size
+
 
 @dataclass
 class Restored:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
-from shiftwatch.deploy.kafka_changelog import LEGACY, Group, Restored, encode_group, encode_marker
+from shiftwatch.deploy.kafka_changelog import Group, Restored, encode_group, encode_marker
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
 
@@ -266,7 +266,7 @@ class Checkpointer:
             if not group.live:
                 task.dead.extend(groups.pop(gid).keys)
                 task.shrunk.discard(gid)
-            elif gid == LEGACY or 2 * len(group.live) < group.size:
+            elif group.to_rewrite(gid):
                 task.shrunk.add(gid)
 
     def advance(self, task: PartitionTask, until: int | None = None) -> None:
@@ -410,7 +410,7 @@ class Checkpointer:
         task.groups = {gid: Group(g.size, set(g.live), list(g.keys))
                        for gid, g in cp.groups.items()}
         task.shrunk = {gid for gid, g in task.groups.items()
-                       if gid == LEGACY or 2 * len(g.live) < g.size}
+                       if g.to_rewrite(gid)}
         task.junk = list(cp.junk)
         task.dead = list(cp.dead)
         task.next_offset = task.checkpointed_offset = cp.offset
