@@ -29,8 +29,13 @@ def coordinates(record: Mapping) -> tuple[str, int, int, int] | None:
     >>> coordinates({"input": {"topic": "t", "partition": 1, "offset": 5, "n": 0}})
     ('t', 1, 5, 0)
     """
-    c = record.get("input") if isinstance(record, Mapping) else None
-    if not isinstance(c, Mapping):
+    if type(record) is dict:  # the common case, without the ABC checks
+        c = record.get("input")
+        if c is None:
+            return None
+    else:
+        c = record.get("input") if isinstance(record, Mapping) else None
+    if type(c) is not dict and not isinstance(c, Mapping):
         return None
     try:
         return (str(c["topic"]), int(c["partition"]), int(c["offset"]), int(c.get("n", 0)))

@@ -15,18 +15,28 @@ so sources (:mod:`shiftwatch.streams`), sinks and the runtime all decode and enc
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-try:  # a faster parser for the hot path; the standard library decides every other case
-    from orjson import loads as _fast_loads
+try:  # a faster parser and encoder for the hot path; the standard library decides every
+    import orjson  # other case
+
+    _fast_loads = orjson.loads
+    _fast_dumps = orjson.dumps
+    # Dates, dataclasses and subclasses of str/int/dict/list go through the jsonable rule
+    # (the hook) rather than orjson's own; Enum and UUID, which orjson always writes itself,
+    # jsonable writes the same way (their value, and the UUID's text).
+    _FAST_OPTIONS = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+                     | orjson.OPT_PASSTHROUGH_SUBCLASS)
 except ImportError:  # pragma: no cover - orjson is a dependency; kept optional for vendoring
-    _fast_loads = None
+    _fast_loads = _fast_dumps = None
 
 from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 
@@ -147,7 +157,8 @@ def jsonable(obj: Any) -> Any:
     """Return ``obj`` as plain JSON values: NumPy types converted, NaN and infinities as None.
 
     Tuples and arrays become lists, mapping keys become strings, dead letters become their
-    record, bytes their UTF-8 text, and anything else unknown becomes its ``repr``. The
+    record, bytes their UTF-8 text, an ``Enum`` its value, a ``UUID`` its text, and anything
+    else unknown becomes its ``repr``. The
     result always passes ``json.dumps(..., allow_nan=False)``.
 
     Examples
@@ -176,6 +187,10 @@ def jsonable(obj: Any) -> Any:
         return bytes(obj).decode("utf-8", errors="replace")
     if isinstance(obj, np.generic):
         return jsonable(obj.item())
+    if isinstance(obj, enum.Enum):
+        return jsonable(obj.value)
+    if isinstance(obj, uuid.UUID):
+        return str(obj)
     return repr(obj)
 
 
@@ -189,59 +204,53 @@ def key_text(key: Any) -> str:
     return str(jsonable(key))
 
 
+# The last resort, for what orjson refuses (integers beyond 64 bits, lone surrogates, keys
+# that are not str): the standard library on the jsonable form.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def _default(obj: Any) -> Any:
-    # The fast path's hook for what the C encoder does not know: NumPy values, dead letters,
-    # bytes, arrays, other mappings (all by the jsonable rule; a NaN inside then raises).
+    # orjson's hook for what it does not write itself: NumPy values, dead letters, bytes, and
+    # (passed through) dates, dataclasses and subclasses -- all by the jsonable rule.
+    if isinstance(obj, str):
+        return str(obj)
     return jsonable(obj)
 
 
-_FAST_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
+def encode_record(record: Any) -> bytes:
+    """One line of compact UTF-8 JSON for ``record``: the value of a Kafka message, and a
+    line of a replay's ``outputs.jsonl``.
 
+    Values JSON cannot hold follow the :func:`jsonable` rule (NaN and infinities ``null``,
+    NumPy values as numbers and lists, ...). Floats are written in their shortest
+    round-trip form (``1e-05`` as ``0.00001``, ``1e+16`` as ``1e16``) and text as UTF-8,
+    by orjson; what orjson refuses (an integer beyond 64 bits, a lone surrogate, a key that
+    is not a string) is written by the standard library from the :func:`jsonable` form.
 
-def _plain_keys(obj: dict | list | tuple) -> bool:
-    """Every dict key in ``obj`` (a dict, list or tuple) is a str or an int, where json's
-    and jsonable's rules agree (json writes ``True``/``None``/float keys its own way), and
-    every container in it is a plain dict, list or tuple (a subclass takes the slow path)."""
-    for v in (obj.values() if type(obj) is dict else obj):
-        t = type(v)
-        if t is str or t is float or t is int or t is bool or v is None:
-            continue
-        if t is dict or t is list or t is tuple:
-            if not _plain_keys(v):
-                return False
-        elif isinstance(v, (dict, list, tuple)):
-            return False
-    if type(obj) is dict:
-        for k in obj:
-            if type(k) is not str and type(k) is not int:
-                return False
-    return True
+    >>> encode_record({"key": "a", "alarm": np.bool_(True), "s": float("nan")})
+    b'{"key":"a","alarm":true,"s":null}'
+    >>> encode_record({1: 2**70})
+    b'{"1":1180591620717411303424}'
+    """
+    if _fast_dumps is not None:
+        try:
+            return _fast_dumps(record, default=_default, option=_FAST_OPTIONS)
+        except TypeError:  # orjson.JSONEncodeError
+            pass
+        plain = jsonable(record)
+        try:
+            return _fast_dumps(plain, option=_FAST_OPTIONS)
+        except TypeError:
+            pass
+    else:
+        plain = jsonable(record)
+    return _ENCODER.encode(plain).encode("utf-8")
 
 
 def dumps_record(record: Any) -> str:
-    """One line of compact JSON for ``record`` (the :func:`jsonable` rule for other values).
+    """:func:`encode_record` as text.
 
     >>> dumps_record({"key": "a", "statistic": float("nan"), "v": np.array([1.5])})
     '{"key":"a","statistic":null,"v":[1.5]}'
     """
-    # Fast path: the C encoder, NumPy and other values through jsonable on the way; the same
-    # bytes as encoding jsonable(record), which is done instead when a value is not finite
-    # (allow_nan=False raises) or a dict has keys the two rules write differently.
-    if type(record) is dict and _plain_keys(record):
-        try:
-            return _FAST_ENCODER.encode(record)
-        except ValueError:
-            pass
-    return _ENCODER.encode(jsonable(record))
-
-
-def encode_record(record: Any) -> bytes:
-    """:func:`dumps_record` as UTF-8 bytes: the value of a Kafka message.
-
-    >>> encode_record({"key": "a", "alarm": np.bool_(True)})
-    b'{"key":"a","alarm":true}'
-    """
-    return dumps_record(record).encode("utf-8")
+    return encode_record(record).decode("utf-8")
