@@ -16,6 +16,9 @@ measured in the same run: a plain ``dict[key] -> river.drift.PageHinkley`` loop 
 ``dict[key] -> river.drift.ADWIN`` loop calling ``update`` directly (issue 13 compares ``cs``
 with the ADWIN loop). The table goes to stdout; paste it into benchmarks/RESULTS.md.
 
+``--warm-values N`` feeds every key N values before the timed passes (cs burns in on its
+first 30: ``--warm-values 40`` measures keys past their burn-in).
+
 ``--steady`` adds the memory per key in a steady state: ``--steady-keys`` keys fed
 ``--steady-records`` values each (N(0,1), no change), for the ``cs`` fleet (tracemalloc
 delta, and the fleet's own arrays) beside the ``dict -> river ADWIN`` peer.
@@ -73,10 +76,11 @@ class EWMAZScore(Operator):
                              statistic=z)]
 
 
-def make_records(n_keys: int, n_records: int, seed: int = 0):
+def make_records(n_keys: int, n_records: int, seed: int = 0, warm_values: int = 1):
     rng = np.random.default_rng(seed)
     names = [f"sensor-{k}" for k in range(n_keys)]
-    warm = [{"key": names[k], "ts": 0.0, "value": float(v)}
+    warm = [{"key": names[k], "ts": float(w - warm_values), "value": float(v)}
+            for w in range(warm_values)
             for k, v in zip(rng.permutation(n_keys), rng.normal(size=n_keys), strict=True)]
     keys = rng.integers(0, n_keys, n_records)
     values = rng.normal(size=n_records)
@@ -97,6 +101,10 @@ def spd_records(records, warm, seed: int = 0):
     return swap(warm, 0), swap(records, 7)
 
 
+def count_keys(warm) -> int:
+    return len({r["key"] for r in warm})
+
+
 def measure_keyed(make, warm, records):
     """(records/s, bytes per key) for a Keyed operator built by ``make``."""
     gc.collect()
@@ -106,7 +114,7 @@ def measure_keyed(make, warm, records):
     for i in range(0, len(warm), BATCH):
         keyed.process_batch(warm[i:i + BATCH])
     gc.collect()
-    per_key = (tracemalloc.get_traced_memory()[0] - before) / len(warm)
+    per_key = (tracemalloc.get_traced_memory()[0] - before) / count_keys(warm)
     tracemalloc.stop()
     best = math.inf
     for _ in range(REPEATS):
@@ -145,7 +153,7 @@ def measure_peer(warm, records, outputs=False, detector=drift.PageHinkley):
     for i in range(0, len(warm), BATCH):
         run(detectors, warm[i:i + BATCH], [])
     gc.collect()
-    per_key = (tracemalloc.get_traced_memory()[0] - before) / len(warm)
+    per_key = (tracemalloc.get_traced_memory()[0] - before) / count_keys(warm)
     tracemalloc.stop()
     best = math.inf
     for _ in range(REPEATS):
@@ -166,16 +174,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steady", action="store_true", help="steady-state memory per key")
     parser.add_argument("--steady-keys", type=int, default=2000)
     parser.add_argument("--steady-records", type=int, default=1000)
+    parser.add_argument("--warm-values", type=int, default=1,
+                        help="values per key before the timed passes (cs burns in 30)")
     args = parser.parse_args(argv)
     n_records = 20_000 if args.quick else args.records
     n_karcher = 2_000 if args.quick else args.karcher_records
     print(f"date {date.today()}, {os.cpu_count()} cores, {platform.machine()}, "
           f"Python {platform.python_version()}, numpy {np.__version__}, river {river.__version__}")
     print(f"{n_records} records per measurement ({n_karcher} for karcher; best of {REPEATS} "
-          f"passes), micro-batches of {BATCH}")
+          f"passes), micro-batches of {BATCH}; {args.warm_values} value(s) per key before "
+          f"(bytes/key: after them)")
+    # Load the compiled kernels first, so no row's bytes/key holds the JIT's own memory.
+    Keyed(create("cs")).process_batch([{"key": "w", "value": float(i % 3)} for i in range(40)])
     rows = []
     for n_keys in args.keys:
-        warm, records = make_records(n_keys, n_records)
+        warm, records = make_records(n_keys, n_records, warm_values=args.warm_values)
         peer_rate, peer_mem = measure_peer(warm, records)
         adwin_rate, adwin_mem = measure_peer(warm, records, detector=drift.ADWIN)
         cases = {
@@ -187,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
         }
         if args.only_cs:
             cases = {k: v for k, v in cases.items() if k.startswith("cs")}
+        if args.warm_values > 1:  # (its warm-up alone would take minutes at 100,000 keys)
+            cases.pop("cs, one object per key (before the fleet)")
         rows.append((n_keys, "peer: dict -> river PageHinkley.update", peer_rate, peer_mem,
                      1.0, peer_rate / adwin_rate))
         rows.append((n_keys, "peer: dict -> river ADWIN.update", adwin_rate, adwin_mem,

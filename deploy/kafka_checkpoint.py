@@ -104,6 +104,18 @@ def state_bytes(state: Any) -> bytes:
     return dumps_state(state)
 
 
+def key_state_bytes(kop: Any) -> bytes:
+    """A key's changelog bytes: ``state_bytes(kop.state_dict())``, or the same state from
+    ``kop.encoded_state()`` when the key has it (a fleet's slot: parts encoded once)."""
+    encoded = getattr(kop, "encoded_state", None)
+    if encoded is not None and _fast_dumps is not None:
+        try:
+            return _fast_dumps(encoded())
+        except TypeError:  # as in state_bytes
+            pass
+    return state_bytes(kop.state_dict())
+
+
 class Checkpointer:
     """Writes the checkpoints of a stage's partitions and commits their offsets.
 
@@ -214,7 +226,7 @@ class Checkpointer:
             for key in task.dirty[i]:
                 kop = existing(key)
                 if kop is not None:  # None: only bad records, the key was never kept
-                    states.append((i, key_name(key), state_bytes(kop.state_dict())))
+                    states.append((i, key_name(key), key_state_bytes(kop)))
             task.dirty[i] = set()
         if task.shrunk:
             seen = {(i, name) for i, name, _ in states}
@@ -224,7 +236,7 @@ class Checkpointer:
                     if ref not in seen:
                         kop = ops[ref[0]].existing(Keyed.key_from_name(ref[1]))
                         if kop is not None:
-                            states.append((*ref, state_bytes(kop.state_dict())))
+                            states.append((*ref, key_state_bytes(kop)))
                             seen.add(ref)
             task.shrunk = set()
         keys: list[bytes] = []

@@ -34,15 +34,19 @@ from shiftwatch.operators.confseq_fleet_kernel import (
     F_ROWS,
     F_TS,
     F_UPPER,
+    fleet_compact,
     fleet_hull_run,
+    grown_cap,
 )
 from shiftwatch.operators.confseq_kernels import (
     S_ALARM,
     S_ARGHI,
     S_ARGLO,
+    S_BURN,
     S_CENTER,
     S_LOWER,
     S_N,
+    S_NBURN,
     S_SCALE,
     S_TSHI,
     S_TSLO,
@@ -50,14 +54,15 @@ from shiftwatch.operators.confseq_kernels import (
 )
 from shiftwatch.operators.keyed import BAD_KEY_REASON, Keyed
 from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.operators.state_codec import encode_state
 
 __all__ = ["ConfSeqFleet", "fleet_eligible"]
 
-_MIN_CAP = 8  # a hull block's first size (a run's hull is mostly smaller)
 _STATE_CAP = 16  # a detector's first hull arrays: the least size of a state's hull arrays
+_MIN_BURN_ROWS = 64  # the burn-in rows kept however few keys are in burn-in
+_X32 = 2**31 - 2  # record indices since a restart above this widen pool_x from int32
 _NONE = object()
 #: Detector state entries a slot fills in itself (the others start as a fresh detector's).
-_FROM_SLOT = ("_scalars", "_burn", "_hull_x", "_hull_y", "_hull_t")
 
 
 def fleet_eligible(op: ConfSeqOperator) -> bool:
@@ -86,6 +91,7 @@ class ConfSeqFleet:
         self._locate = template.locate_kind == "cs"
         det = ConfSeqDetector(**template._detector_params())
         self._det_state = det.state_dict()  # a fresh detector's: the layout of a key's state
+        self._det_encoded: dict | None = None  # its entries encoded (slot_state_encoded)
         self._grid = det._grid
         self._scal0 = det._scalars.copy()
         self._n_burn = det._burn.shape[0]
@@ -100,98 +106,168 @@ class ConfSeqFleet:
         self._objs: dict[Any, ConfSeqOperator] = {}  # keys with vector values
         self._n = 0
         self._alloc(16)
-        self._pool_x = np.zeros(1024)
+        # Burn-in rows (see fleet_hull_run): only keys in burn-in hold one.
+        self._burn = np.zeros((0, self._n_burn))
+        self._bfree = np.zeros(1, dtype=np.int64)
+        self._grow_burn(_MIN_BURN_ROWS)
+        self._pool_x = np.zeros(1024, dtype=np.int32)  # record indices: widened if ever large
         self._pool_y = np.zeros(1024)
         self._pool_t = np.full(1024, np.nan)
-        self._pool_used = 0
-        self._pool_live = 0
+        self._pmeta = np.zeros(2, dtype=np.int64)  # pool points used; of them in live blocks
+        self._fed = 0  # values run, an upper bound of any key's record index
         self.compactions = 0  # times the pool was compacted (for tests and diagnostics)
 
     def _alloc(self, capacity: int) -> None:
         old = getattr(self, "_scal", None)
         n = self._n
         scal = np.zeros((capacity, self._scal0.shape[0]))
-        burn = np.zeros((capacity, self._n_burn))
+        brow = np.full(capacity, -1, dtype=np.int32)
         walk = np.zeros((capacity, 2))
-        sup = np.full((capacity, 2, N_LAMBDAS + 2), np.nan)
+        sup = np.full((capacity, 2, N_LAMBDAS + 1), np.nan, dtype=np.float32)
+        sup_r = np.full((capacity, 2), np.nan)
         count = np.zeros(capacity, dtype=np.int64)
-        off = np.zeros((capacity, 2), dtype=np.int64)
-        cap = np.zeros((capacity, 2), dtype=np.int64)
-        size = np.zeros((capacity, 2), dtype=np.int64)
+        off = np.zeros((capacity, 2), dtype=np.int32)  # the pool stays under 2**31 points
+        cap = np.zeros((capacity, 2), dtype=np.int32)
+        size = np.zeros((capacity, 2), dtype=np.int32)
         if old is not None:
-            for new, name in ((scal, "_scal"), (burn, "_burn"), (walk, "_walk"), (sup, "_sup"),
-                              (count, "_count"), (off, "_off"), (cap, "_cap"),
-                              (size, "_size")):
+            for new, name in ((scal, "_scal"), (brow, "_brow"), (walk, "_walk"), (sup, "_sup"),
+                              (sup_r, "_sup_r"), (count, "_count"), (off, "_off"),
+                              (cap, "_cap"), (size, "_size")):
                 new[:n] = getattr(self, name)[:n]
-        self._scal, self._burn, self._walk, self._sup = scal, burn, walk, sup
+        self._scal, self._brow, self._walk, self._sup, self._sup_r = scal, brow, walk, sup, sup_r
         self._count, self._off, self._cap, self._size = count, off, cap, size
 
     def _new_slot(self, key: Any) -> int:
         k = self._n
         if k == self._scal.shape[0]:
-            self._alloc(2 * k)
+            self._alloc(k + max(16, k // 4))  # a quarter more: less slack than doubling
         self._scal[k] = self._scal0
         self._n = k + 1
         self._slot[key] = k
         return k
 
+    # ---- burn-in rows ----------------------------------------------------------------
+
+    def _grow_burn(self, rows: int) -> None:
+        """Make the burn-in table ``rows`` rows long (rows in use keep their index)."""
+        old = self._burn.shape[0]
+        burn = np.zeros((rows, self._n_burn))
+        burn[:old] = self._burn
+        free = self._bfree
+        nf = int(free[0])
+        bfree = np.zeros(rows + 1, dtype=np.int64)
+        bfree[1:nf + 1] = free[1:nf + 1]
+        bfree[nf + 1:nf + 1 + rows - old] = np.arange(rows - 1, old - 1, -1)
+        bfree[0] = nf + rows - old
+        self._burn, self._bfree = burn, bfree
+
+    def _shrink_burn(self) -> None:
+        """When three quarters of the burn-in rows are free, renumber the rows in use from 0
+        and keep twice as many rows as they are (at least ``_MIN_BURN_ROWS``)."""
+        rows = self._burn.shape[0]
+        if rows <= _MIN_BURN_ROWS or 4 * int(self._bfree[0]) < 3 * rows:
+            return
+        owners = np.flatnonzero(self._brow[:self._n] >= 0)
+        live = self._brow[owners]
+        keep = max(_MIN_BURN_ROWS, 2 * len(owners))
+        burn = np.zeros((keep, self._n_burn))
+        burn[:len(owners)] = self._burn[live]
+        self._brow[owners] = np.arange(len(owners), dtype=np.int32)
+        bfree = np.zeros(keep + 1, dtype=np.int64)
+        bfree[1:keep - len(owners) + 1] = np.arange(keep - 1, len(owners) - 1, -1)
+        bfree[0] = keep - len(owners)
+        self._burn, self._bfree = burn, bfree
+
     # ---- the hull pool ---------------------------------------------------------------
 
+    @property
+    def _pool_used(self) -> int:
+        return int(self._pmeta[0])
+
+    @property
+    def _pool_live(self) -> int:
+        return int(self._pmeta[1])
+
+    def _make_room(self, points: int) -> None:
+        """``points`` free at the pool's tail: compact it if a sixteenth or more of it is
+        blocks left behind by growth, else (or if still short) make it a quarter longer."""
+        if self._pool_used + points <= self._pool_x.shape[0]:
+            return
+        if 16 * (self._pool_used - self._pool_live) >= self._pool_x.shape[0]:
+            self._compact(points)
+        if self._pool_used + points > self._pool_x.shape[0]:
+            self._resize_pool(max(self._pool_x.shape[0] * 5 // 4, self._pool_used + points))
+
     def _grow_block(self, k: int, s: int) -> None:
-        """Give (slot ``k``, side ``s``) a block twice as large (``_MIN_CAP`` at first)."""
+        """Give (slot ``k``, side ``s``) a larger block (:func:`grown_cap`), as the kernel
+        does for a full block."""
         old_cap = int(self._cap[k, s])
-        new_cap = max(_MIN_CAP, 2 * old_cap)
-        if self._pool_used + new_cap > self._pool_x.shape[0]:
-            if self._pool_used - self._pool_live >= self._pool_x.shape[0] // 4:
-                self._compact()  # a quarter or more of the pool is left-behind blocks
-            if self._pool_used + new_cap > self._pool_x.shape[0]:
-                size = max(self._pool_x.shape[0] * 3 // 2, self._pool_used + new_cap)
-                for name, fill in (("_pool_x", 0.0), ("_pool_y", 0.0), ("_pool_t", np.nan)):
-                    arr = np.full(size, fill)
-                    arr[:self._pool_used] = getattr(self, name)[:self._pool_used]
-                    setattr(self, name, arr)
+        new_cap = int(grown_cap(old_cap))
+        self._make_room(new_cap)
         o, h, new = int(self._off[k, s]), int(self._size[k, s]), self._pool_used
         for arr in (self._pool_x, self._pool_y, self._pool_t):
             arr[new:new + h] = arr[o:o + h]
         self._off[k, s] = new
         self._cap[k, s] = new_cap
-        self._pool_used += new_cap
-        self._pool_live += new_cap - old_cap
+        self._pmeta[0] += new_cap
+        self._pmeta[1] += new_cap - old_cap
 
-    def _compact(self) -> None:
-        """Move every live block to the front of the pool (blocks left behind by growth)."""
-        px, py, pt = (np.zeros_like(self._pool_x), np.zeros_like(self._pool_y),
-                      np.full_like(self._pool_t, np.nan))
-        used = 0
-        for k in range(self._n):
-            for s in range(2):
-                c = int(self._cap[k, s])
-                if not c:
-                    continue
-                o, h = int(self._off[k, s]), int(self._size[k, s])
-                px[used:used + h] = self._pool_x[o:o + h]
-                py[used:used + h] = self._pool_y[o:o + h]
-                pt[used:used + h] = self._pool_t[o:o + h]
-                self._off[k, s] = used
-                used += c
+    def _resize_pool(self, length: int, x_dtype: Any = None) -> None:
+        if length >= 2**31:  # (about 40 GB of hull points: block offsets are int32)
+            raise MemoryError("the cs fleet's hull pool would pass 2**31 points")
+        used = self._pool_used
+        for name, fill in (("_pool_x", 0), ("_pool_y", 0.0), ("_pool_t", np.nan)):
+            old = getattr(self, name)
+            arr = np.full(length, fill, dtype=x_dtype if name == "_pool_x" and x_dtype
+                          else old.dtype)
+            arr[:used] = old[:used]
+            setattr(self, name, arr)
+
+    def _compact(self, points: int = 0) -> None:
+        """Move every live block to the front of the pool, trimmed to its hull's size plus
+        two (what growth left behind, and the slack of hulls that shrank, freed); the pool
+        then has an eighth (and ``points``) more than that."""
+        n = self._n
+        size, cap = self._size[:n], self._cap[:n]
+        new_cap = np.where(cap > 0, np.minimum(cap, size + 2), 0).astype(np.int32)
+        used = int(new_cap.sum())
+        length = max(1024, used + max(used // 8, points))
+        px = np.zeros(length, dtype=self._pool_x.dtype)
+        py, pt = np.zeros(length), np.full(length, np.nan)
+        fleet_compact(n, self._off, self._cap, self._size, new_cap, self._pool_x,
+                      self._pool_y, self._pool_t, px, py, pt)
         self._pool_x, self._pool_y, self._pool_t = px, py, pt
-        self._pool_used = self._pool_live = used
+        self._pmeta[:] = used
         self.compactions += 1
+
+    def _widen_x(self, most: float) -> None:
+        """Record indices up to ``most`` to come: beyond int32, the pool's x becomes float64
+        (once; the arithmetic is the same)."""
+        if self._pool_x.dtype == np.int32 and most > _X32:
+            self._resize_pool(self._pool_x.shape[0], np.float64)
 
     # ---- processing ------------------------------------------------------------------
 
     def _run(self, slots: np.ndarray, xs: np.ndarray, ts: np.ndarray) -> np.ndarray:
         out = np.empty((F_ROWS, xs.shape[0]))
+        self._fed += xs.shape[0]
+        if self._fed > _X32 and self._pool_x.dtype == np.int32:  # some key may get there
+            self._widen_x(float(self._scal[:self._n, S_N].max()) + xs.shape[0])
         done = 0
         while done < xs.shape[0]:
-            done = fleet_hull_run(slots, xs, ts, done, self._grid, self._scal, self._burn,
-                                  self._walk, self._sup, self._count, self._off, self._cap,
-                                  self._size, self._pool_x, self._pool_y, self._pool_t, out)
+            done = fleet_hull_run(slots, xs, ts, done, self._grid, self._scal, self._brow,
+                                  self._burn, self._bfree, self._walk, self._sup,
+                                  self._sup_r, self._count,
+                                  self._off, self._cap, self._size, self._pool_x,
+                                  self._pool_y, self._pool_t, self._pmeta, out)
             if done < xs.shape[0]:
                 k = int(slots[done])
-                for s in range(2):
-                    if self._size[k, s] >= self._cap[k, s]:
-                        self._grow_block(k, s)
+                if (self._scal[k, S_NBURN] < self._scal[k, S_BURN] and self._brow[k] < 0
+                        and self._bfree[0] == 0):
+                    self._grow_burn(self._burn.shape[0] * 2)
+                else:  # a full block, and no room at the pool's tail for a larger one
+                    self._make_room(2 * int(grown_cap(int(self._cap[k].max()))))
+        self._shrink_burn()
         return out
 
     def process(self, record: Mapping, owner: Any) -> list[dict]:
@@ -396,13 +472,13 @@ class ConfSeqFleet:
             obj = self._objs[key] = self.template.clone()
         return obj
 
-    def slot_state(self, k: int) -> dict:
-        """Slot ``k``'s state as :meth:`ConfSeqOperator.state_dict` gives it."""
-        det = {name: (arr.copy() if name not in _FROM_SLOT else None)
-               for name, arr in self._det_state.items()}  # the detector's key order
+    def _slot_entries(self, k: int) -> dict:
+        """The detector state entries slot ``k`` fills in (new arrays); the others are a
+        fresh detector's (``_det_state``)."""
+        fresh = self._det_state
         scal = self._scal[k].copy()
-        det["_scalars"] = scal
-        det["_burn"] = self._burn[k].copy()
+        b = int(self._brow[k])  # past the burn-in its values are unused: zeros stand in
+        burn = self._burn[b].copy() if b >= 0 else np.zeros(self._n_burn)
         h = self._size[k]
         cap = max(_STATE_CAP, int(self._cap[k].max()))
         hx, hy, ht = np.zeros((2, 1, cap)), np.zeros((2, 1, cap)), np.full((2, 1, cap), np.nan)
@@ -411,11 +487,12 @@ class ConfSeqFleet:
             hx[s, 0, :n] = self._pool_x[o:o + n]
             hy[s, 0, :n] = self._pool_y[o:o + n]
             ht[s, 0, :n] = self._pool_t[o:o + n]
-        det["_hull_x"], det["_hull_y"], det["_hull_t"] = hx, hy, ht
-        det["_hull_size"][:, 0] = h
-        det["_walk"][:, 0] = self._walk[k]
+        hull_size = fresh["_hull_size"].copy()
+        hull_size[:, 0] = h
+        walk = fresh["_walk"].copy()
+        walk[:, 0] = self._walk[k]
         # The detector's last output, which the slot does not keep: it follows from the state.
-        last = det["_last"]
+        last = fresh["_last"].copy()
         last[1] = scal[S_CENTER] + scal[S_SCALE] * scal[S_LOWER]
         last[2] = scal[S_CENTER] + scal[S_SCALE] * scal[S_UPPER]
         if scal[S_ALARM] != 0.0:
@@ -423,9 +500,30 @@ class ConfSeqFleet:
             last[0] = 1.0
             last[3] = scal[S_N] - 1.0 - scal[later]
             last[4] = scal[S_TSLO if later == S_ARGLO else S_TSHI]
+        return {"_scalars": scal, "_burn": burn, "_hull_x": hx, "_hull_y": hy, "_hull_t": ht,
+                "_hull_size": hull_size, "_walk": walk, "_last": last}
+
+    def _key_state(self, k: int, det: dict) -> dict:
         return {"operator": self.template.name,
                 "state": {"shape": [], "detectors": [det], "count": int(self._count[k]),
                           "window": None}}
+
+    def slot_state(self, k: int) -> dict:
+        """Slot ``k``'s state as :meth:`ConfSeqOperator.state_dict` gives it."""
+        filled = self._slot_entries(k)
+        return self._key_state(k, {name: filled[name] if name in filled else arr.copy()
+                                   for name, arr in self._det_state.items()})
+
+    def slot_state_encoded(self, k: int) -> dict:
+        """``encode_state(slot_state(k))``, the entries a slot does not fill in encoded once
+        (what a checkpoint writes for every changed key)."""
+        filled = self._slot_entries(k)
+        fixed = self._det_encoded
+        if fixed is None:
+            fixed = self._det_encoded = {name: encode_state(arr)
+                                         for name, arr in self._det_state.items()}
+        return self._key_state(k, {name: encode_state(filled[name]) if name in filled
+                                   else fixed[name] for name in self._det_state})
 
     def load_key(self, key: Any, state: Mapping) -> None:
         """Restore one key from a per-key ``state_dict`` (of a fleet or an operator)."""
@@ -439,10 +537,25 @@ class ConfSeqFleet:
         if k is None:
             k = self._new_slot(key)
         self._scal[k] = det._scalars
-        self._burn[k] = det._burn
+        b = int(self._brow[k])
+        if det._scalars[S_NBURN] < det._scalars[S_BURN]:  # in its burn-in: a row
+            if b < 0:
+                if self._bfree[0] == 0:
+                    self._grow_burn(self._burn.shape[0] * 2)
+                nf = int(self._bfree[0])
+                b = int(self._bfree[nf])
+                self._bfree[0] = nf - 1
+                self._brow[k] = b
+            self._burn[b] = det._burn
+        elif b >= 0:  # (a key restored over one in burn-in) the row goes back
+            self._brow[k] = -1
+            nf = int(self._bfree[0]) + 1
+            self._bfree[nf] = b
+            self._bfree[0] = nf
         self._walk[k] = det._walk[:, 0]
         self._count[k] = op._count
-        self._sup[k] = np.nan
+        self._sup_r[k] = np.nan  # the skip filter's minima are computed again
+        self._widen_x(float(det._scalars[S_N]))
         for s in range(2):
             h = int(det._hull_size[s, 0])
             self._size[k, s] = 0
@@ -460,8 +573,9 @@ class ConfSeqFleet:
     @property
     def nbytes(self) -> int:
         """Bytes held by the arrays (slots allocated, and the whole pool)."""
-        arrays = (self._scal, self._burn, self._walk, self._sup, self._count, self._off,
-                  self._cap, self._size, self._pool_x, self._pool_y, self._pool_t)
+        arrays = (self._scal, self._brow, self._burn, self._bfree, self._walk, self._sup,
+                  self._sup_r, self._count, self._off, self._cap, self._size, self._pool_x, self._pool_y,
+                  self._pool_t)
         return int(sum(a.nbytes for a in arrays))
 
 
@@ -476,3 +590,7 @@ class _SlotView:
 
     def state_dict(self) -> dict:
         return self._fleet.slot_state(self._k)
+
+    def encoded_state(self) -> dict:
+        """``encode_state(state_dict())``, faster (see :meth:`ConfSeqFleet.slot_state_encoded`)."""
+        return self._fleet.slot_state_encoded(self._k)

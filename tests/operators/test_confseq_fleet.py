@@ -157,3 +157,113 @@ def test_only_eligible_operators_run_as_a_fleet():
                    {"cs": "empirical-bernstein", "lower": -1.0, "upper": 1.0}):
         assert not fleet_eligible(create("cs", **params))
         assert not isinstance(Keyed(create("cs", **params))._store, ConfSeqFleet)
+
+
+def test_burn_in_rows_are_lent_and_returned():
+    # 300 keys start at once (the burn-in table grows past its 64 rows), finish their burn-in
+    # (the rows return and the table shrinks back), then change (alarms restart the burn-in,
+    # which takes rows again): every output as one operator per key gives it.
+    fleet, objects = _pair({"burn_in": 20})
+    store = fleet._store
+    rng = np.random.default_rng(5)
+    keys = [f"k{i}" for i in range(300)]
+    peak = 0
+    alarmed: set = set()
+    for step in range(400):
+        shift = 4.0 if step >= 200 else 0.0
+        batch = [{"key": k, "value": float(v) + shift, "ts": float(step)}
+                 for k, v in zip(keys, rng.normal(size=len(keys)), strict=True)]
+        outs = fleet.process_batch(batch)
+        assert _norm(outs) == _norm(objects.process_batch(batch))
+        alarmed |= {o["key"] for o in outs if o["alarm"]}
+        peak = max(peak, store._burn.shape[0])
+        in_burn = int((store._brow[:store._n] >= 0).sum())
+        assert in_burn == store._burn.shape[0] - int(store._bfree[0])
+        if step == 150:
+            assert in_burn == 0 and store._burn.shape[0] == 64
+    assert peak >= 300
+    assert len(alarmed) == len(keys)  # every key alarmed, and burned in again after it
+    assert store._burn.shape[0] == 64
+    from shiftwatch.operators.confseq_kernels import S_BURN, S_NBURN
+
+    scal = store._scal[:store._n]  # a row is held exactly by the keys in burn-in
+    assert ((store._brow[:store._n] >= 0) == (scal[:, S_NBURN] < scal[:, S_BURN])).all()
+
+
+def test_a_key_in_burn_in_restores_with_its_values():
+    fleet, objects = _pair({"burn_in": 30})
+    first = [{"key": k, "value": float(i % 7) + 0.1 * j, "ts": float(i)}
+             for i in range(12) for j, k in enumerate(("a", "b"))]
+    objects.process_batch(first)
+    state = loads_state(dumps_state(objects.state_dict()))
+    fleet.load_state_dict(state)
+    assert int((fleet._store._brow[:2] >= 0).sum()) == 2  # both keys hold their values
+    more = _records(3000, 2, seed=8, bad=False)
+    for r in more:
+        r["key"] = "a" if r["key"] == "s0" else "b"
+    assert _norm(fleet.process_batch(more)) == _norm(objects.process_batch(more))
+
+
+def test_record_indices_beyond_int32_widen_the_pool(monkeypatch):
+    # pool_x holds record indices as int32 until one could pass _X32; made small here, the
+    # widening happens mid-stream and the outputs stay those of one operator per key.
+    from shiftwatch.operators import confseq_fleet
+
+    monkeypatch.setattr(confseq_fleet, "_X32", 500)
+    fleet, objects = _pair({})
+    rng = np.random.default_rng(11)  # no change: the record indices keep growing
+    recs = [{"key": f"s{i % 3}", "value": float(v), "ts": float(i)}
+            for i, v in enumerate(rng.normal(size=6000))]
+    assert fleet._store._pool_x.dtype == np.int32
+    for i in range(0, len(recs), 250):
+        assert _norm(fleet.process_batch(recs[i:i + 250])) == \
+            _norm(objects.process_batch(recs[i:i + 250]))
+    assert fleet._store._pool_x.dtype == np.float64
+    state = loads_state(dumps_state(objects.state_dict()))
+    restored = Keyed(create("cs"))
+    restored.load_state_dict(state)  # a restored index past _X32 widens at once
+    assert restored._store._pool_x.dtype == np.float64
+
+
+def test_steady_state_arrays_stay_under_a_kilobyte_per_key():
+    # Issue 13's memory target, for the fleet's own arrays (the benchmark adds the key
+    # dict): 1,000 keys after 400 N(0, 1) values each (hulls of about 7 points a side).
+    keyed = Keyed(create("cs"))
+    rng = np.random.default_rng(2)
+    keys = [f"sensor-{i}" for i in range(1000)]
+    for _ in range(400):
+        keyed.process_batch([{"key": k, "value": float(v)}
+                             for k, v in zip(keys, rng.normal(size=len(keys)), strict=True)])
+    store = keyed._store
+    assert store._burn.shape[0] == 64  # no key is in burn-in
+    assert store.nbytes / len(keys) < 1000
+
+
+def test_long_streams_stay_bit_for_bit():
+    # The fleet's skip filter keeps its minima in float32, rounded the safe way; over long
+    # streams with small changes (the running max moves often) every output must still be
+    # the per-key operator's.
+    rng = np.random.default_rng(21)
+    n = 40_000
+    shifts = np.repeat(rng.normal(0, 0.15, size=n // 2000), 2000)
+    recs = [{"key": f"s{i % 4}", "value": float(v), "ts": float(i)}
+            for i, v in enumerate(rng.normal(size=n) + shifts)]
+    fleet, objects = _pair({"alpha": 0.05})
+    a, o = fleet.process_batch(recs), objects.process_batch(recs)
+    assert _norm(a) == _norm(o)
+    assert sum(1 for r in a if r["alarm"]) >= 5
+
+
+def test_checkpoint_bytes_of_a_slot_equal_its_state_dicts():
+    # A checkpoint writes a fleet key from slot_state_encoded (parts encoded once): the same
+    # bytes as encoding its state_dict, for keys in burn-in, past it, and after an alarm.
+    from shiftwatch.deploy.kafka_checkpoint import key_state_bytes, state_bytes
+
+    fleet, _ = _pair({})
+    fleet.process_batch(_records(8000, 9, seed=6, bad=False))
+    fleet.process_batch([{"key": "new", "value": 1.0}])
+    store = fleet._store
+    assert (store._brow[:store._n] >= 0).any() and (store._brow[:store._n] < 0).any()
+    for key in fleet.keys:
+        view = fleet.existing(key)
+        assert key_state_bytes(view) == state_bytes(view.state_dict())
