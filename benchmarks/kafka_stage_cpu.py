@@ -1,7 +1,8 @@
 """The Kafka stage's own CPU work without a broker: ``python benchmarks/kafka_stage_cpu.py OP``.
 
 ``StageRunner._process`` on 50,000 in-memory messages (100 keys) with a producer whose ``send``
-returns a done future; microseconds per record without and with a checkpoint every 1,000 (best of 5 passes).
+returns a done future; microseconds per record without and with a checkpoint every 1,000
+(best of 5 passes).
 """
 
 from __future__ import annotations

@@ -26,14 +26,23 @@ from typing import Any
 
 import numpy as np
 
-from shiftwatch.operators.confseq import N_LAMBDAS, ConfSeqDetector, ConfSeqOperator, _ts
+from shiftwatch.operators.confseq import ConfSeqDetector, ConfSeqOperator, _ts
 from shiftwatch.operators.confseq_fleet_kernel import (
+    C_COUNT,
+    C_ROW,
+    C_SUPR,
+    C_WALK,
     F_ALARM,
     F_AT,
     F_LOWER,
     F_ROWS,
     F_TS,
     F_UPPER,
+    X_BROW,
+    X_CAP,
+    X_OFF,
+    X_ROW,
+    X_SIZE,
     fleet_compact,
     fleet_hull_run,
     grown_cap,
@@ -57,6 +66,13 @@ from shiftwatch.operators.records import BadInput, DeadLetter
 from shiftwatch.operators.state_codec import encode_state
 
 __all__ = ["ConfSeqFleet", "fleet_eligible"]
+
+
+def _yt(length: int) -> np.ndarray:
+    """An empty pool of (walk value, ts) pairs."""
+    yt = np.zeros((length, 2))
+    yt[:, 1] = np.nan
+    return yt
 
 _STATE_CAP = 16  # a detector's first hull arrays: the least size of a state's hull arrays
 _MIN_BURN_ROWS = 64  # the burn-in rows kept however few keys are in burn-in
@@ -111,37 +127,42 @@ class ConfSeqFleet:
         self._bfree = np.zeros(1, dtype=np.int64)
         self._grow_burn(_MIN_BURN_ROWS)
         self._pool_x = np.zeros(1024, dtype=np.int32)  # record indices: widened if ever large
-        self._pool_y = np.zeros(1024)
-        self._pool_t = np.full(1024, np.nan)
+        self._pool_yt = _yt(1024)  # walk value and ts of each point, side by side
         self._pmeta = np.zeros(2, dtype=np.int64)  # pool points used; of them in live blocks
         self._fed = 0  # values run, an upper bound of any key's record index
         self.compactions = 0  # times the pool was compacted (for tests and diagnostics)
 
     def _alloc(self, capacity: int) -> None:
-        old = getattr(self, "_scal", None)
+        """Rows for ``capacity`` slots (the first ``_n`` copied): a float64 row and an int32
+        row per key (the kernel's ``C_*`` and ``X_*`` columns), and views of their columns."""
+        old = getattr(self, "_st", None)
         n = self._n
-        scal = np.zeros((capacity, self._scal0.shape[0]))
-        brow = np.full(capacity, -1, dtype=np.int32)
-        walk = np.zeros((capacity, 2))
-        sup = np.full((capacity, 2, N_LAMBDAS + 1), np.nan, dtype=np.float32)
-        sup_r = np.full((capacity, 2), np.nan)
-        count = np.zeros(capacity, dtype=np.int64)
-        off = np.zeros((capacity, 2), dtype=np.int32)  # the pool stays under 2**31 points
-        cap = np.zeros((capacity, 2), dtype=np.int32)
-        size = np.zeros((capacity, 2), dtype=np.int32)
+        st = np.full((capacity, C_ROW), np.nan)
+        ix = np.zeros((capacity, X_ROW), dtype=np.int32)
+        ix[:, X_BROW] = -1
         if old is not None:
-            for new, name in ((scal, "_scal"), (brow, "_brow"), (walk, "_walk"), (sup, "_sup"),
-                              (sup_r, "_sup_r"), (count, "_count"), (off, "_off"),
-                              (cap, "_cap"), (size, "_size")):
-                new[:n] = getattr(self, name)[:n]
-        self._scal, self._brow, self._walk, self._sup, self._sup_r = scal, brow, walk, sup, sup_r
-        self._count, self._off, self._cap, self._size = count, off, cap, size
+            st[:n] = old[:n]
+            ix[:n] = self._ix[:n]
+        else:
+            st[:, C_COUNT] = 0.0
+        self._st, self._ix = st, ix
+        self._st32 = st.view(np.float32)
+        self._scal = st[:, :C_WALK]
+        self._walk = st[:, C_WALK:C_WALK + 2]
+        self._sup_r = st[:, C_SUPR:C_SUPR + 2]
+        self._count = st[:, C_COUNT]
+        self._off = ix[:, X_OFF:X_OFF + 2]
+        self._cap = ix[:, X_CAP:X_CAP + 2]
+        self._size = ix[:, X_SIZE:X_SIZE + 2]
+        self._brow = ix[:, X_BROW]
 
     def _new_slot(self, key: Any) -> int:
         k = self._n
         if k == self._scal.shape[0]:
             self._alloc(k + max(16, k // 4))  # a quarter more: less slack than doubling
         self._scal[k] = self._scal0
+        self._walk[k] = 0.0
+        self._count[k] = 0.0
         self._n = k + 1
         self._slot[key] = k
         return k
@@ -205,7 +226,7 @@ class ConfSeqFleet:
         new_cap = int(grown_cap(old_cap))
         self._make_room(new_cap)
         o, h, new = int(self._off[k, s]), int(self._size[k, s]), self._pool_used
-        for arr in (self._pool_x, self._pool_y, self._pool_t):
+        for arr in (self._pool_x, self._pool_yt):
             arr[new:new + h] = arr[o:o + h]
         self._off[k, s] = new
         self._cap[k, s] = new_cap
@@ -216,12 +237,11 @@ class ConfSeqFleet:
         if length >= 2**31:  # (about 40 GB of hull points: block offsets are int32)
             raise MemoryError("the cs fleet's hull pool would pass 2**31 points")
         used = self._pool_used
-        for name, fill in (("_pool_x", 0), ("_pool_y", 0.0), ("_pool_t", np.nan)):
-            old = getattr(self, name)
-            arr = np.full(length, fill, dtype=x_dtype if name == "_pool_x" and x_dtype
-                          else old.dtype)
-            arr[:used] = old[:used]
-            setattr(self, name, arr)
+        px = np.zeros(length, dtype=x_dtype or self._pool_x.dtype)
+        px[:used] = self._pool_x[:used]
+        yt = _yt(length)
+        yt[:used] = self._pool_yt[:used]
+        self._pool_x, self._pool_yt = px, yt
 
     def _compact(self, points: int = 0) -> None:
         """Move every live block to the front of the pool, trimmed to its hull's size plus
@@ -233,10 +253,9 @@ class ConfSeqFleet:
         used = int(new_cap.sum())
         length = max(1024, used + max(used // 8, points))
         px = np.zeros(length, dtype=self._pool_x.dtype)
-        py, pt = np.zeros(length), np.full(length, np.nan)
-        fleet_compact(n, self._off, self._cap, self._size, new_cap, self._pool_x,
-                      self._pool_y, self._pool_t, px, py, pt)
-        self._pool_x, self._pool_y, self._pool_t = px, py, pt
+        yt = _yt(length)
+        fleet_compact(n, self._ix, new_cap, self._pool_x, self._pool_yt, px, yt)
+        self._pool_x, self._pool_yt = px, yt
         self._pmeta[:] = used
         self.compactions += 1
 
@@ -255,11 +274,9 @@ class ConfSeqFleet:
             self._widen_x(float(self._scal[:self._n, S_N].max()) + xs.shape[0])
         done = 0
         while done < xs.shape[0]:
-            done = fleet_hull_run(slots, xs, ts, done, self._grid, self._scal, self._brow,
-                                  self._burn, self._bfree, self._walk, self._sup,
-                                  self._sup_r, self._count,
-                                  self._off, self._cap, self._size, self._pool_x,
-                                  self._pool_y, self._pool_t, self._pmeta, out)
+            done = fleet_hull_run(slots, xs, ts, done, self._grid, self._st, self._st32,
+                                  self._ix, self._burn, self._bfree, self._pool_x,
+                                  self._pool_yt, self._pmeta, out)
             if done < xs.shape[0]:
                 k = int(slots[done])
                 if (self._scal[k, S_NBURN] < self._scal[k, S_BURN] and self._brow[k] < 0
@@ -485,8 +502,8 @@ class ConfSeqFleet:
         for s in range(2):
             o, n = int(self._off[k, s]), int(h[s])
             hx[s, 0, :n] = self._pool_x[o:o + n]
-            hy[s, 0, :n] = self._pool_y[o:o + n]
-            ht[s, 0, :n] = self._pool_t[o:o + n]
+            hy[s, 0, :n] = self._pool_yt[o:o + n, 0]
+            ht[s, 0, :n] = self._pool_yt[o:o + n, 1]
         hull_size = fresh["_hull_size"].copy()
         hull_size[:, 0] = h
         walk = fresh["_walk"].copy()
@@ -563,8 +580,8 @@ class ConfSeqFleet:
                 self._grow_block(k, s)
             o = int(self._off[k, s])
             self._pool_x[o:o + h] = det._hull_x[s, 0, :h]
-            self._pool_y[o:o + h] = det._hull_y[s, 0, :h]
-            self._pool_t[o:o + h] = det._hull_t[s, 0, :h]
+            self._pool_yt[o:o + h, 0] = det._hull_y[s, 0, :h]
+            self._pool_yt[o:o + h, 1] = det._hull_t[s, 0, :h]
             self._size[k, s] = h
 
     def clear(self) -> None:
@@ -573,9 +590,7 @@ class ConfSeqFleet:
     @property
     def nbytes(self) -> int:
         """Bytes held by the arrays (slots allocated, and the whole pool)."""
-        arrays = (self._scal, self._brow, self._burn, self._bfree, self._walk, self._sup,
-                  self._sup_r, self._count, self._off, self._cap, self._size, self._pool_x, self._pool_y,
-                  self._pool_t)
+        arrays = (self._st, self._ix, self._burn, self._bfree, self._pool_x, self._pool_yt)
         return int(sum(a.nbytes for a in arrays))
 
 

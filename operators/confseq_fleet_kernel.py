@@ -16,6 +16,7 @@ import math
 import numpy as np
 from numba import njit
 
+from shiftwatch.operators.confseq import N_LAMBDAS
 from shiftwatch.operators.confseq_kernels import (
     S_ALARM,
     S_ARGHI,
@@ -33,12 +34,25 @@ from shiftwatch.operators.confseq_kernels import (
     S_VAR,
 )
 
-__all__ = ["fleet_hull_run", "fleet_compact", "grown_cap", "F_ALARM", "F_LOWER", "F_UPPER", "F_AT", "F_TS", "F_ROWS"]
+__all__ = ["fleet_hull_run", "fleet_compact", "grown_cap", "C_WALK", "C_SUPR", "C_COUNT",
+           "C_ROW", "X_OFF", "X_CAP", "X_SIZE", "X_BROW", "X_ROW", "F_ALARM", "F_LOWER",
+           "F_UPPER", "F_AT", "F_TS", "F_ROWS"]
 
 #: Rows of the fleet kernel's ``out``: alarm, lower, upper (data units), located position
 #: (the key's 0-based record count; -1 without an alarm), the located start's ts.
 F_ALARM, F_LOWER, F_UPPER, F_AT, F_TS = 0, 1, 2, 3, 4
 F_ROWS = 5
+
+#: Columns of a slot's float64 row: the detector's scalars (``S_*``, 0-13), the two walks, the
+#: skip filter's two running maxima, the record count; then the filter's float32 minima
+#: (``J + 1`` per side, in the float32 view from ``C_SUP32``).
+C_WALK, C_SUPR, C_COUNT = 14, 16, 18
+C_SUP32 = 2 * 19
+C_ROW = 19 + N_LAMBDAS + 1  # float64 columns: 19, then 2 (J + 1) float32s
+#: Columns of a slot's int32 row: hull block offsets, capacities and sizes (two sides), the
+#: burn-in row (-1: none).
+X_OFF, X_CAP, X_SIZE, X_BROW = 0, 2, 4, 6
+X_ROW = 8
 
 
 @njit(cache=True)
@@ -64,75 +78,98 @@ def grown_cap(c):
 
 
 @njit(cache=True)
-def fleet_hull_run(slots, xs, ts, start, grid, scal, brow, burn, bfree, walk, sup, sup_r, count,
-                   off, cap, size, pool_x, pool_y, pool_t, pmeta, out):
+def _touch(slots, start, st, ix, pool_x, pool_yt):
+    """Read a word of every cache line the values ``start:`` will need (their keys' rows,
+    then their hull blocks' last points), in loops whose iterations do not depend on each
+    other, so the processor fetches many lines at once; the main loop then finds them in
+    cache instead of waiting for each key's lines in turn (with 100,000 keys nearly every
+    step's lines are in memory). Returns a sum of what it read (stored, so it is not
+    optimised away)."""
+    acc = 0.0
+    for i in range(start, slots.shape[0]):
+        k = slots[i]
+        acc += st[k, 0] + st[k, 7] + st[k, 14] + st[k, 21] + st[k, C_ROW - 1] + ix[k, 0]
+    for i in range(start, slots.shape[0]):
+        k = slots[i]
+        for s in range(2):
+            h = ix[k, X_SIZE + s]
+            if h > 0:
+                p = ix[k, X_OFF + s] + h - 1
+                acc += pool_x[p] + pool_yt[p, 0]
+    return acc
+
+
+@njit(cache=True)
+def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x, pool_yt, pmeta,
+                   out):
     """Run values ``xs[start:]`` through the detectors of ``slots``; return the count consumed.
 
-    ``scal[k]``, ``walk[k, s]``, ``sup[k, s, :]`` and ``sup_r[k, s]`` (the skip filter: ``J``
-    minima and the largest ``|y|``, and the running max they are for), ``count[k]`` (records
-    so far) and the hull block of side ``s`` (``off[k, s]``, ``cap[k, s]``, ``size[k, s]``)
-    are slot ``k``'s state.
+    Slot ``k``'s state is row ``k`` of ``st`` (float64: the detector's scalars, the walks,
+    the skip filter's running maxima, the record count; ``st32``, the same memory as float32,
+    holds the filter's minima) and of ``ix`` (int32: its hull blocks and burn-in row), so a
+    step touches a few adjacent cache lines per key (see the ``C_*`` and ``X_*`` columns).
+    The skip filter (``J`` minima and the largest ``|y|`` per side, for the running max
+    ``st[k, C_SUPR + s]``) is float32, rounded the safe way: a minimum down, the largest
+    ``|y|`` up. Either can only make the filter's test pass more often (a step searched that
+    could have been skipped), never skip a step that could move the running max: the outputs
+    stay ``cs_hull_run``'s, bit for bit, at half the memory per key.
 
-    ``sup`` is float32, rounded the safe way: a minimum down, the largest ``|y|`` up. Either
-    can only make the filter's test pass more often (a step searched that could have been
-    skipped), never skip a step that could move the running max: the outputs stay
-    ``cs_hull_run``'s, bit for bit, at half the memory per key.
+    A key in its burn-in keeps its values in row ``ix[k, X_BROW]`` of ``burn``; other keys
+    have -1 there. Free rows are a stack: ``bfree[0]`` of them, in ``bfree[1:]``. A key takes
+    a row when its burn-in starts and gives it back when it ends, so the rows in use are those
+    of keys in burn-in (new keys, and keys restarting after an alarm).
 
-    A key in its burn-in keeps its values in row ``brow[k]`` of ``burn``; other keys have
-    ``brow[k] = -1``. Free rows are a stack: ``bfree[0]`` of them, in ``bfree[1:]``. A key
-    takes a row when its burn-in starts and gives it back when it ends, so the rows in use
-    are those of keys in burn-in (new keys, and keys restarting after an alarm).
-
-    A full hull block moves to the pool's unused tail (``pmeta[0]`` points used, ``pmeta[1]``
-    of them in live blocks), a quarter larger (:func:`grown_cap`); the block it leaves is
-    garbage until the caller compacts the pool.
+    The hull points of side ``s`` are ``pool_x`` (record indices since the restart: int32 or
+    float64, the arithmetic is float64 either way, exactly) and ``pool_yt`` (walk value and
+    ``ts``) at ``[off, off + size)``, within a block of ``cap`` points. A full block moves to
+    the pool's unused tail (``pmeta[0]`` points used, ``pmeta[1]`` of them in live blocks),
+    larger by :func:`grown_cap`; the block it leaves is garbage until the caller compacts.
 
     Returns ``i < len(xs)`` when value ``i`` needs a larger hull block and the pool's tail
     has no room, or a burn-in row when none is free (the caller makes room and calls again
-    from ``i``;
-    nothing of value ``i`` is consumed: a restart done before returning leaves a state the
-    next call takes as it is). ``ts[i]`` is NaN for a value without ``ts``. ``pool_x`` holds
-    the points' record indices since the restart (integers; int32 or float64 -- the
-    arithmetic is in float64 either way, exactly).
+    from ``i``; nothing of value ``i`` is consumed: a restart done before returning leaves a
+    state the next call takes as it is). ``ts[i]`` is NaN for a value without ``ts``.
     """
     n_grid = grid.shape[1]
+    if xs.shape[0] - start >= 64:
+        out[F_TS, start] = _touch(slots, start, st, ix, pool_x, pool_yt)
     i = start
     while i < xs.shape[0]:
         k = slots[i]
         x = xs[i]
-        if scal[k, S_ALARM] != 0.0:  # restart after an alarm
-            scal[k, S_ALARM] = 0.0
-            scal[k, S_N] = 0.0
-            scal[k, S_LOWER] = -np.inf
-            scal[k, S_UPPER] = np.inf
-            scal[k, S_SUM] = 0.0
-            scal[k, S_ARGLO] = 0.0
-            scal[k, S_ARGHI] = 0.0
-            scal[k, S_TSLO] = np.nan
-            scal[k, S_TSHI] = np.nan
-            size[k, 0] = 0
-            size[k, 1] = 0
-            walk[k, 0] = 0.0
-            walk[k, 1] = 0.0
-            sup_r[k, 0] = np.nan
-            sup_r[k, 1] = np.nan
-            if scal[k, S_BURN] > 0:
-                scal[k, S_NBURN] = 0.0
-        position = count[k]
-        if scal[k, S_NBURN] < scal[k, S_BURN]:
-            b = brow[k]
+        if st[k, S_ALARM] != 0.0:  # restart after an alarm
+            st[k, S_ALARM] = 0.0
+            st[k, S_N] = 0.0
+            st[k, S_LOWER] = -np.inf
+            st[k, S_UPPER] = np.inf
+            st[k, S_SUM] = 0.0
+            st[k, S_ARGLO] = 0.0
+            st[k, S_ARGHI] = 0.0
+            st[k, S_TSLO] = np.nan
+            st[k, S_TSHI] = np.nan
+            ix[k, X_SIZE] = 0
+            ix[k, X_SIZE + 1] = 0
+            st[k, C_WALK] = 0.0
+            st[k, C_WALK + 1] = 0.0
+            st[k, C_SUPR] = np.nan
+            st[k, C_SUPR + 1] = np.nan
+            if st[k, S_BURN] > 0:
+                st[k, S_NBURN] = 0.0
+        position = st[k, C_COUNT]
+        if st[k, S_NBURN] < st[k, S_BURN]:
+            b = ix[k, X_BROW]
             if b < 0:  # the burn-in starts: take a free row
                 nf = bfree[0]
                 if nf == 0:
                     return i
                 b = bfree[nf]
                 bfree[0] = nf - 1
-                brow[k] = b
-            nb = int(scal[k, S_NBURN])
+                ix[k, X_BROW] = b
+            nb = int(st[k, S_NBURN])
             burn[b, nb] = x
             nb += 1
-            scal[k, S_NBURN] = nb
-            if nb == int(scal[k, S_BURN]):  # _finish_burn_in, indexed in place
+            st[k, S_NBURN] = nb
+            if nb == int(st[k, S_BURN]):  # _finish_burn_in, indexed in place
                 mean = 0.0
                 for q in range(nb):
                     mean += burn[b, q]
@@ -141,13 +178,13 @@ def fleet_hull_run(slots, xs, ts, start, grid, scal, brow, burn, bfree, walk, su
                 for q in range(nb):
                     ss += (burn[b, q] - mean) ** 2
                 sd = math.sqrt(ss / (nb - 1))
-                scal[k, S_CENTER] = mean
-                scal[k, S_SCALE] = max(sd, 1e-12 * max(1.0, abs(mean)))
-                brow[k] = -1  # the row goes back to the free stack
+                st[k, S_CENTER] = mean
+                st[k, S_SCALE] = max(sd, 1e-12 * max(1.0, abs(mean)))
+                ix[k, X_BROW] = -1  # the row goes back to the free stack
                 nf = bfree[0] + 1
                 bfree[nf] = b
                 bfree[0] = nf
-            count[k] = position + 1
+            st[k, C_COUNT] = position + 1.0
             out[F_ALARM, i] = 0.0
             out[F_LOWER, i] = -np.inf
             out[F_UPPER, i] = np.inf
@@ -155,79 +192,81 @@ def fleet_hull_run(slots, xs, ts, start, grid, scal, brow, burn, bfree, walk, su
             out[F_TS, i] = np.nan
             i += 1
             continue
-        if size[k, 0] >= cap[k, 0] or size[k, 1] >= cap[k, 1]:
+        if ix[k, X_SIZE] >= ix[k, X_CAP] or ix[k, X_SIZE + 1] >= ix[k, X_CAP + 1]:
             for s in range(2):
-                c = cap[k, s]
-                if size[k, s] < c:
+                c = ix[k, X_CAP + s]
+                if ix[k, X_SIZE + s] < c:
                     continue
                 nc = grown_cap(c)
                 used = pmeta[0]
                 if used + nc > pool_x.shape[0]:
                     return i
-                o = off[k, s]
-                for q in range(size[k, s]):
+                o = ix[k, X_OFF + s]
+                for q in range(ix[k, X_SIZE + s]):
                     pool_x[used + q] = pool_x[o + q]
-                    pool_y[used + q] = pool_y[o + q]
-                    pool_t[used + q] = pool_t[o + q]
-                off[k, s] = used
-                cap[k, s] = nc
+                    pool_yt[used + q, 0] = pool_yt[o + q, 0]
+                    pool_yt[used + q, 1] = pool_yt[o + q, 1]
+                ix[k, X_OFF + s] = used
+                ix[k, X_CAP + s] = nc
                 pmeta[0] = used + nc
                 pmeta[1] += nc - c
         tsv = ts[i]
-        z = (x - scal[k, S_CENTER]) / scal[k, S_SCALE]
-        n = scal[k, S_N] + 1.0
-        scal[k, S_N] = n
-        v = scal[k, S_VAR]
-        scal[k, S_SUM] += z
+        z = (x - st[k, S_CENTER]) / st[k, S_SCALE]
+        n = st[k, S_N] + 1.0
+        st[k, S_N] = n
+        v = st[k, S_VAR]
+        st[k, S_SUM] += z
         px = n - 1.0
         for s in range(2):
             sign = 1.0 - 2.0 * s
             best = -np.inf
             arg = 0.0
             argt = np.nan
-            o = off[k, s]
-            h = size[k, s]
-            py = walk[k, s]
-            while h >= 2 and ((pool_x[o + h - 1] - pool_x[o + h - 2]) * (py - pool_y[o + h - 2])
-                              - (pool_y[o + h - 1] - pool_y[o + h - 2])
+            o = ix[k, X_OFF + s]
+            h = ix[k, X_SIZE + s]
+            q0 = C_SUP32 + s * (n_grid + 1)
+            py = st[k, C_WALK + s]
+            while h >= 2 and ((pool_x[o + h - 1] - pool_x[o + h - 2])
+                              * (py - pool_yt[o + h - 2, 0])
+                              - (pool_yt[o + h - 1, 0] - pool_yt[o + h - 2, 0])
                               * (px - pool_x[o + h - 2])) <= 0.0:
                 h -= 1
             pool_x[o + h] = px
-            pool_y[o + h] = py
-            pool_t[o + h] = tsv
+            pool_yt[o + h, 0] = py
+            pool_yt[o + h, 1] = tsv
             h += 1
-            size[k, s] = h
+            ix[k, X_SIZE + s] = h
             wsum = py + sign * z
-            walk[k, s] = wsum
-            r = scal[k, S_LOWER] if s == 0 else -scal[k, S_UPPER]
+            st[k, C_WALK + s] = wsum
+            r = st[k, S_LOWER] if s == 0 else -st[k, S_UPPER]
             hit = 1
             if r != -np.inf:
                 # The skip filter of cs_hull_run (see confseq_kernels._support_refresh), with
                 # the slopes s_j = r + a_j v recomputed instead of stored.
-                if sup_r[k, s] != r:
+                if st[k, C_SUPR + s] != r:
                     ymax = 0.0
                     for q in range(h):
-                        ymax = max(ymax, abs(pool_y[o + q]))
-                    sup[k, s, n_grid] = _up32(ymax)
+                        ymax = max(ymax, abs(pool_yt[o + q, 0]))
+                    st32[k, q0 + n_grid] = _up32(ymax)
                     for j in range(n_grid):
                         sj = r + grid[1, j] * v
                         m = np.inf
                         for q in range(h):
-                            c = pool_y[o + q] - sj * pool_x[o + q]
+                            c = pool_yt[o + q, 0] - sj * pool_x[o + q]
                             if c < m:
                                 m = c
-                        sup[k, s, j] = _down32(m)
-                    sup_r[k, s] = r
-                ymax = max(np.float64(sup[k, s, n_grid]), abs(py))
-                sup[k, s, n_grid] = _up32(ymax)
+                        st32[k, q0 + j] = _down32(m)
+                    st[k, C_SUPR + s] = r
+                ymax = max(np.float64(st32[k, q0 + n_grid]), abs(py))
+                st32[k, q0 + n_grid] = _up32(ymax)
                 lim = -1e-9 * (abs(wsum) + grid[2, n_grid - 1] + ymax + 1.0
                                + (abs(r + grid[1, 0] * v) + abs(r + grid[1, n_grid - 1] * v)
                                   + abs(r)) * n)
                 hit = 0
                 for j in range(n_grid):
                     sj = r + grid[1, j] * v
-                    m = min(np.float64(sup[k, s, j]), py - sj * px)
-                    sup[k, s, j] = _down32(m)
+                    m = min(np.float64(st32[k, q0 + j]), py - sj * px)
+                    st32[k, q0 + j] = _down32(m)
                     hit += (wsum - grid[2, j] - sj * n - m) > lim
             if hit:
                 for j in range(n_grid):
@@ -236,40 +275,40 @@ def fleet_hull_run(slots, xs, ts, start, grid, scal, brow, burn, bfree, walk, su
                     hi = h - 1
                     while lo < hi:
                         mid = (lo + hi) // 2
-                        if (qy - pool_y[o + mid]) * (n - pool_x[o + mid + 1]) \
-                                < (qy - pool_y[o + mid + 1]) * (n - pool_x[o + mid]):
+                        if (qy - pool_yt[o + mid, 0]) * (n - pool_x[o + mid + 1]) \
+                                < (qy - pool_yt[o + mid + 1, 0]) * (n - pool_x[o + mid]):
                             lo = mid + 1
                         else:
                             hi = mid
-                    b = (qy - pool_y[o + lo]) / (n - pool_x[o + lo]) - grid[1, j] * v
+                    b = (qy - pool_yt[o + lo, 0]) / (n - pool_x[o + lo]) - grid[1, j] * v
                     if b > best:
                         best = b
                         arg = pool_x[o + lo]
-                        argt = pool_t[o + lo]
+                        argt = pool_yt[o + lo, 1]
             if s == 0:
-                if best > scal[k, S_LOWER]:
-                    scal[k, S_LOWER] = best
-                    scal[k, S_ARGLO] = arg
-                    scal[k, S_TSLO] = argt
+                if best > st[k, S_LOWER]:
+                    st[k, S_LOWER] = best
+                    st[k, S_ARGLO] = arg
+                    st[k, S_TSLO] = argt
             else:
-                if -best < scal[k, S_UPPER]:
-                    scal[k, S_UPPER] = -best
-                    scal[k, S_ARGHI] = arg
-                    scal[k, S_TSHI] = argt
-        lower = scal[k, S_LOWER]
-        upper = scal[k, S_UPPER]
-        out[F_LOWER, i] = scal[k, S_CENTER] + scal[k, S_SCALE] * lower
-        out[F_UPPER, i] = scal[k, S_CENTER] + scal[k, S_SCALE] * upper
-        count[k] = position + 1
+                if -best < st[k, S_UPPER]:
+                    st[k, S_UPPER] = -best
+                    st[k, S_ARGHI] = arg
+                    st[k, S_TSHI] = argt
+        lower = st[k, S_LOWER]
+        upper = st[k, S_UPPER]
+        out[F_LOWER, i] = st[k, S_CENTER] + st[k, S_SCALE] * lower
+        out[F_UPPER, i] = st[k, S_CENTER] + st[k, S_SCALE] * upper
+        st[k, C_COUNT] = position + 1.0
         if lower > upper:
-            scal[k, S_ALARM] = 1.0
+            st[k, S_ALARM] = 1.0
             out[F_ALARM, i] = 1.0
-            if scal[k, S_ARGLO] >= scal[k, S_ARGHI]:
-                out[F_AT, i] = position - (n - 1.0 - scal[k, S_ARGLO])
-                out[F_TS, i] = scal[k, S_TSLO]
+            if st[k, S_ARGLO] >= st[k, S_ARGHI]:
+                out[F_AT, i] = position - (n - 1.0 - st[k, S_ARGLO])
+                out[F_TS, i] = st[k, S_TSLO]
             else:
-                out[F_AT, i] = position - (n - 1.0 - scal[k, S_ARGHI])
-                out[F_TS, i] = scal[k, S_TSHI]
+                out[F_AT, i] = position - (n - 1.0 - st[k, S_ARGHI])
+                out[F_TS, i] = st[k, S_TSHI]
         else:
             out[F_ALARM, i] = 0.0
             out[F_AT, i] = -1.0
@@ -279,8 +318,8 @@ def fleet_hull_run(slots, xs, ts, start, grid, scal, brow, burn, bfree, walk, su
 
 
 @njit(cache=True)
-def fleet_compact(n, off, cap, size, new_cap, pool_x, pool_y, pool_t, nx, ny, nt):
-    """Copy the hull blocks of slots ``0..n-1`` to the front of the new pool ``nx, ny, nt``,
+def fleet_compact(n, ix, new_cap, pool_x, pool_yt, nx, nyt):
+    """Copy the hull blocks of slots ``0..n-1`` to the front of the new pool ``nx, nyt``,
     block after block, with capacities ``new_cap`` (at least each block's size); return the
     points used."""
     used = 0
@@ -289,12 +328,12 @@ def fleet_compact(n, off, cap, size, new_cap, pool_x, pool_y, pool_t, nx, ny, nt
             c = new_cap[k, s]
             if c == 0:
                 continue
-            o = off[k, s]
-            for q in range(size[k, s]):
+            o = ix[k, X_OFF + s]
+            for q in range(ix[k, X_SIZE + s]):
                 nx[used + q] = pool_x[o + q]
-                ny[used + q] = pool_y[o + q]
-                nt[used + q] = pool_t[o + q]
-            off[k, s] = used
-            cap[k, s] = c
+                nyt[used + q, 0] = pool_yt[o + q, 0]
+                nyt[used + q, 1] = pool_yt[o + q, 1]
+            ix[k, X_OFF + s] = used
+            ix[k, X_CAP + s] = c
             used += c
     return used
