@@ -5,15 +5,18 @@ ConfSeqOperator` keeps one operator object per key; with tens of thousands of se
 partition the per-record Python around a one-value kernel call dominates and each key costs
 kilobytes. :class:`ConfSeqFleet` is what ``Keyed`` uses instead when the operator allows it
 (sub-Gaussian or Hoeffding CS, no ``pfa``, no ``prune``, no ``restart``, ``locate`` = the CS
-start or off): a key is a slot (a row of each state array), the hull points of all keys share
-one pool, and :meth:`ConfSeqFleet.process_batch` reads the micro-batch in one Python pass and
-runs it, all keys interleaved, through one call of
-:func:`~shiftwatch.operators.confseq_fleet_kernel.fleet_hull_run`.
+start or off): a key is a slot (a float64 row and an int32 row of two state arrays), a key in
+its burn-in borrows a row of a shared burn-in table, the hull points of all keys share one
+pool (blocks that grow by a quarter), and :meth:`ConfSeqFleet.process_batch` reads the
+micro-batch in one Python pass and runs it, all keys interleaved, through one call of
+:func:`~shiftwatch.operators.confseq_fleet_kernel.fleet_hull_run`. About 780 bytes a key
+after 500 values (``benchmarks/RESULTS.md``).
 
 Outputs and dead letters are those of a ``ConfSeqOperator`` per key (tested bit for bit), and
 each key's ``state_dict`` has the operator's format and values (the hull arrays past the
-hull's points are left empty rather than holding stale points), so a changelog written by one
-restores into the other with the same outputs (tested). A key whose first
+hull's points are left empty rather than holding stale points, and a key past its burn-in
+has zeros for the burn-in values it no longer uses), so a changelog written by one restores
+into the other with the same outputs (tested). A key whose first
 accepted value is a vector gets an operator object of its own (the fleet holds scalars), which
 the fleet keeps beside its slots. Nothing is ever evicted: memory grows with the keys.
 """
