@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,25 +96,26 @@ def state_bytes(state: Any) -> bytes:
     >>> back["n"], back["x"].tolist(), back["t"]
     (3, [0.1, 1e-300], (1.5, None))
     """
-    enc = encode_state(state)
-    if _fast_dumps is not None:
-        try:
-            return _fast_dumps(enc)
-        except TypeError:  # orjson.JSONEncodeError: an int over 64 bits, a lone surrogate
-            pass
-    return dumps_state(state)
+    return _encoded_bytes(encode_state(state), lambda: state)
 
 
 def key_state_bytes(kop: Any) -> bytes:
     """A key's changelog bytes: ``state_bytes(kop.state_dict())``, or the same state from
     ``kop.encoded_state()`` when the key has it (a fleet's slot: parts encoded once)."""
     encoded = getattr(kop, "encoded_state", None)
-    if encoded is not None and _fast_dumps is not None:
+    if encoded is None:
+        return state_bytes(kop.state_dict())
+    return _encoded_bytes(encoded(), kop.state_dict)
+
+
+def _encoded_bytes(enc: Any, state: Callable[[], Any]) -> bytes:
+    # orjson on the encoded state; dumps_state(state()) for what orjson refuses
+    if _fast_dumps is not None:
         try:
-            return _fast_dumps(encoded())
-        except TypeError:  # as in state_bytes
+            return _fast_dumps(enc)
+        except TypeError:  # orjson.JSONEncodeError: an int over 64 bits, a lone surrogate
             pass
-    return state_bytes(kop.state_dict())
+    return dumps_state(state())
 
 
 class Checkpointer:

@@ -49,6 +49,8 @@ from shiftwatch.operators.confseq_fleet_kernel import (
     fleet_compact,
     fleet_hull_run,
     grown_cap,
+    return_burn_row,
+    take_burn_row,
 )
 from shiftwatch.operators.confseq_kernels import (
     S_ALARM,
@@ -70,18 +72,17 @@ from shiftwatch.operators.state_codec import encode_state
 
 __all__ = ["ConfSeqFleet", "fleet_eligible"]
 
+_STATE_CAP = 16  # a detector's first hull arrays: the least size of a state's hull arrays
+_MIN_BURN_ROWS = 64  # the burn-in rows kept however few keys are in burn-in
+_X32 = 2**31 - 2  # record indices since a restart above this widen pool_x from int32
+_NONE = object()
+
 
 def _yt(length: int) -> np.ndarray:
     """An empty pool of (walk value, ts) pairs."""
     yt = np.zeros((length, 2))
     yt[:, 1] = np.nan
     return yt
-
-_STATE_CAP = 16  # a detector's first hull arrays: the least size of a state's hull arrays
-_MIN_BURN_ROWS = 64  # the burn-in rows kept however few keys are in burn-in
-_X32 = 2**31 - 2  # record indices since a restart above this widen pool_x from int32
-_NONE = object()
-#: Detector state entries a slot fills in itself (the others start as a fresh detector's).
 
 
 def fleet_eligible(op: ConfSeqOperator) -> bool:
@@ -126,8 +127,7 @@ class ConfSeqFleet:
         self._n = 0
         self._alloc(16)
         # Burn-in rows (see fleet_hull_run): only keys in burn-in hold one.
-        self._burn = np.zeros((0, self._n_burn))
-        self._bfree = np.zeros(1, dtype=np.int64)
+        self._set_burn(np.zeros((0, self._n_burn)), np.zeros(0, dtype=np.int64))
         self._grow_burn(_MIN_BURN_ROWS)
         self._pool_x = np.zeros(1024, dtype=np.int32)  # record indices: widened if ever large
         self._pool_yt = _yt(1024)  # walk value and ts of each point, side by side
@@ -146,8 +146,6 @@ class ConfSeqFleet:
         if old is not None:
             st[:n] = old[:n]
             ix[:n] = self._ix[:n]
-        else:
-            st[:, C_COUNT] = 0.0
         self._st, self._ix = st, ix
         self._st32 = st.view(np.float32)
         self._scal = st[:, :C_WALK]
@@ -172,18 +170,20 @@ class ConfSeqFleet:
 
     # ---- burn-in rows ----------------------------------------------------------------
 
+    def _set_burn(self, burn: np.ndarray, free: np.ndarray) -> None:
+        """The burn-in table ``burn`` with the rows ``free`` free (the last taken first)."""
+        bfree = np.zeros(burn.shape[0] + 1, dtype=np.int64)
+        bfree[0] = len(free)
+        bfree[1:len(free) + 1] = free
+        self._burn, self._bfree = burn, bfree
+
     def _grow_burn(self, rows: int) -> None:
         """Make the burn-in table ``rows`` rows long (rows in use keep their index)."""
         old = self._burn.shape[0]
         burn = np.zeros((rows, self._n_burn))
         burn[:old] = self._burn
-        free = self._bfree
-        nf = int(free[0])
-        bfree = np.zeros(rows + 1, dtype=np.int64)
-        bfree[1:nf + 1] = free[1:nf + 1]
-        bfree[nf + 1:nf + 1 + rows - old] = np.arange(rows - 1, old - 1, -1)
-        bfree[0] = nf + rows - old
-        self._burn, self._bfree = burn, bfree
+        self._set_burn(burn, np.r_[self._bfree[1:int(self._bfree[0]) + 1],
+                                   np.arange(rows - 1, old - 1, -1)])
 
     def _shrink_burn(self) -> None:
         """When three quarters of the burn-in rows are free, renumber the rows in use from 0
@@ -197,10 +197,7 @@ class ConfSeqFleet:
         burn = np.zeros((keep, self._n_burn))
         burn[:len(owners)] = self._burn[live]
         self._brow[owners] = np.arange(len(owners), dtype=np.int32)
-        bfree = np.zeros(keep + 1, dtype=np.int64)
-        bfree[1:keep - len(owners) + 1] = np.arange(keep - 1, len(owners) - 1, -1)
-        bfree[0] = keep - len(owners)
-        self._burn, self._bfree = burn, bfree
+        self._set_burn(burn, np.arange(keep - 1, len(owners) - 1, -1))
 
     # ---- the hull pool ---------------------------------------------------------------
 
@@ -562,16 +559,10 @@ class ConfSeqFleet:
             if b < 0:
                 if self._bfree[0] == 0:
                     self._grow_burn(self._burn.shape[0] * 2)
-                nf = int(self._bfree[0])
-                b = int(self._bfree[nf])
-                self._bfree[0] = nf - 1
-                self._brow[k] = b
+                b = int(take_burn_row(self._ix, k, self._bfree))
             self._burn[b] = det._burn
         elif b >= 0:  # (a key restored over one in burn-in) the row goes back
-            self._brow[k] = -1
-            nf = int(self._bfree[0]) + 1
-            self._bfree[nf] = b
-            self._bfree[0] = nf
+            return_burn_row(self._ix, k, self._bfree)
         self._walk[k] = det._walk[:, 0]
         self._count[k] = op._count
         self._sup_r[k] = np.nan  # the skip filter's minima are computed again

@@ -34,7 +34,8 @@ from shiftwatch.operators.confseq_kernels import (
     S_VAR,
 )
 
-__all__ = ["fleet_hull_run", "fleet_compact", "grown_cap", "C_WALK", "C_SUPR", "C_COUNT",
+__all__ = ["fleet_hull_run", "fleet_compact", "grown_cap", "take_burn_row", "return_burn_row",
+           "move_block", "C_WALK", "C_SUPR", "C_COUNT",
            "C_ROW", "X_OFF", "X_CAP", "X_SIZE", "X_BROW", "X_ROW", "F_ALARM", "F_LOWER",
            "F_UPPER", "F_AT", "F_TS", "F_ROWS"]
 
@@ -75,6 +76,40 @@ def grown_cap(c):
     """A hull block's next capacity: a quarter more, at least 2 more (4 at first). Small
     steps: most hulls stay small, and a block's slack is memory every key pays."""
     return c + max(2, c // 4) if c else 4
+
+
+@njit(cache=True)
+def take_burn_row(ix, k, bfree):
+    """Lend slot ``k`` a burn-in row from the free stack (see :func:`fleet_hull_run`):
+    its index, or -1 when none is free."""
+    nf = bfree[0]
+    if nf == 0:
+        return -1
+    b = bfree[nf]
+    bfree[0] = nf - 1
+    ix[k, X_BROW] = b
+    return b
+
+
+@njit(cache=True)
+def return_burn_row(ix, k, bfree):
+    """Put slot ``k``'s burn-in row back on the free stack."""
+    nf = bfree[0] + 1
+    bfree[nf] = ix[k, X_BROW]
+    bfree[0] = nf
+    ix[k, X_BROW] = -1
+
+
+@njit(cache=True)
+def move_block(ix, k, s, pool_x, pool_yt, to_x, to_yt, dest):
+    """Copy the hull points of (slot ``k``, side ``s``) to ``to_x, to_yt`` from ``dest`` (the
+    same pool or a new one) and point the block there (growth and compaction; rare)."""
+    o = ix[k, X_OFF + s]
+    for q in range(ix[k, X_SIZE + s]):
+        to_x[dest + q] = pool_x[o + q]
+        to_yt[dest + q, 0] = pool_yt[o + q, 0]
+        to_yt[dest + q, 1] = pool_yt[o + q, 1]
+    ix[k, X_OFF + s] = dest
 
 
 @njit(cache=True)
@@ -159,12 +194,9 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
         if st[k, S_NBURN] < st[k, S_BURN]:
             b = ix[k, X_BROW]
             if b < 0:  # the burn-in starts: take a free row
-                nf = bfree[0]
-                if nf == 0:
+                b = take_burn_row(ix, k, bfree)
+                if b < 0:
                     return i
-                b = bfree[nf]
-                bfree[0] = nf - 1
-                ix[k, X_BROW] = b
             nb = int(st[k, S_NBURN])
             burn[b, nb] = x
             nb += 1
@@ -180,10 +212,7 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
                 sd = math.sqrt(ss / (nb - 1))
                 st[k, S_CENTER] = mean
                 st[k, S_SCALE] = max(sd, 1e-12 * max(1.0, abs(mean)))
-                ix[k, X_BROW] = -1  # the row goes back to the free stack
-                nf = bfree[0] + 1
-                bfree[nf] = b
-                bfree[0] = nf
+                return_burn_row(ix, k, bfree)
             st[k, C_COUNT] = position + 1.0
             out[F_ALARM, i] = 0.0
             out[F_LOWER, i] = -np.inf
@@ -201,12 +230,7 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
                 used = pmeta[0]
                 if used + nc > pool_x.shape[0]:
                     return i
-                o = ix[k, X_OFF + s]
-                for q in range(ix[k, X_SIZE + s]):
-                    pool_x[used + q] = pool_x[o + q]
-                    pool_yt[used + q, 0] = pool_yt[o + q, 0]
-                    pool_yt[used + q, 1] = pool_yt[o + q, 1]
-                ix[k, X_OFF + s] = used
+                move_block(ix, k, s, pool_x, pool_yt, pool_x, pool_yt, used)
                 ix[k, X_CAP + s] = nc
                 pmeta[0] = used + nc
                 pmeta[1] += nc - c
@@ -328,12 +352,7 @@ def fleet_compact(n, ix, new_cap, pool_x, pool_yt, nx, nyt):
             c = new_cap[k, s]
             if c == 0:
                 continue
-            o = ix[k, X_OFF + s]
-            for q in range(ix[k, X_SIZE + s]):
-                nx[used + q] = pool_x[o + q]
-                nyt[used + q, 0] = pool_yt[o + q, 0]
-                nyt[used + q, 1] = pool_yt[o + q, 1]
-            ix[k, X_OFF + s] = used
+            move_block(ix, k, s, pool_x, pool_yt, nx, nyt, used)
             ix[k, X_CAP + s] = c
             used += c
     return used
