@@ -35,7 +35,7 @@ from shiftwatch.operators.confseq_kernels import (
 )
 
 __all__ = ["fleet_hull_run", "fleet_compact", "grown_cap", "take_burn_row", "return_burn_row",
-           "move_block", "C_WALK", "C_SUPR", "C_COUNT",
+           "move_block", "cap_class", "N_CLASSES", "C_WALK", "C_SUPR", "C_COUNT",
            "C_ROW", "X_OFF", "X_CAP", "X_SIZE", "X_BROW", "X_ROW", "F_ALARM", "F_LOWER",
            "F_UPPER", "F_AT", "F_TS", "F_ROWS"]
 
@@ -76,6 +76,27 @@ def grown_cap(c):
     """A hull block's next capacity: a quarter more, at least 2 more (4 at first). Small
     steps: most hulls stay small, and a block's slack is memory every key pays."""
     return c + max(2, c // 4) if c else 4
+
+
+#: Hull block capacities are the sizes of :func:`grown_cap`'s sequence (4, 6, 8, 10, 12,
+#: 15, ...): "classes". A block a hull grew out of goes on its class's free list (heads in
+#: ``pmeta[2:]``), and the next hull growing into that class takes it: growth then leaves
+#: garbage only where a class empties, and compactions are rarer.
+N_CLASSES = 48
+
+
+@njit(cache=True)
+def cap_class(c):
+    """The class of capacity ``c`` (its index in :func:`grown_cap`'s sequence from 4), or -1
+    when ``c`` is not in it or beyond the ``N_CLASSES`` kept on free lists."""
+    x = 4
+    for i in range(N_CLASSES):
+        if x == c:
+            return i
+        if x > c:
+            return -1
+        x = grown_cap(x)
+    return -1
 
 
 @njit(cache=True)
@@ -147,7 +168,13 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
     ``st[k, C_SUPR + s]``) is float32, rounded the safe way: a minimum down, the largest
     ``|y|`` up. Either can only make the filter's test pass more often (a step searched that
     could have been skipped), never skip a step that could move the running max: the outputs
-    stay ``cs_hull_run``'s, bit for bit, at half the memory per key.
+    stay ``cs_hull_run``'s, bit for bit, at half the memory per key. The filter is also used
+    lazily: after a step that moved a side's running max (``C_SUPR`` NaN) the next step of
+    that side searches without it, and the filter is recomputed (O(``J`` h)) only once a step
+    left the max where it was (``C_SUPR`` -inf); young keys move their max on most steps,
+    where recomputing the filter costs more than the search it could save. Which steps are
+    searched never changes an output: the queries walk every lambda the same way whatever
+    the filter let through (see ``cs_hull_run``).
 
     A key in its burn-in keeps its values in row ``ix[k, X_BROW]`` of ``burn``; other keys
     have -1 there. Free rows are a stack: ``bfree[0]`` of them, in ``bfree[1:]``. A key takes
@@ -158,7 +185,9 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
     float64, the arithmetic is float64 either way, exactly) and ``pool_yt`` (walk value and
     ``ts``) at ``[off, off + size)``, within a block of ``cap`` points. A full block moves to
     the pool's unused tail (``pmeta[0]`` points used, ``pmeta[1]`` of them in live blocks),
-    larger by :func:`grown_cap`; the block it leaves is garbage until the caller compacts.
+    larger by :func:`grown_cap`, or to a free block of that size (``N_CLASSES``): the block it
+    leaves goes on its size's free list (the next free block's offset in its first ``y``),
+    and is garbage until another hull grows into it or the caller compacts.
 
     Returns ``i < len(xs)`` when value ``i`` needs a larger hull block and the pool's tail
     has no room, or a burn-in row when none is free (the caller makes room and calls again
@@ -227,13 +256,23 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
                 if ix[k, X_SIZE + s] < c:
                     continue
                 nc = grown_cap(c)
-                used = pmeta[0]
-                if used + nc > pool_x.shape[0]:
-                    return i
-                move_block(ix, k, s, pool_x, pool_yt, pool_x, pool_yt, used)
+                ci = cap_class(nc)
+                if ci >= 0 and pmeta[2 + ci] >= 0:  # a free block of that class
+                    dest = pmeta[2 + ci]
+                    pmeta[2 + ci] = int(pool_yt[dest, 0])
+                else:  # the pool's tail
+                    dest = pmeta[0]
+                    if dest + nc > pool_x.shape[0]:
+                        return i
+                    pmeta[0] = dest + nc
+                old = ix[k, X_OFF + s]
+                move_block(ix, k, s, pool_x, pool_yt, pool_x, pool_yt, dest)
                 ix[k, X_CAP + s] = nc
-                pmeta[0] = used + nc
                 pmeta[1] += nc - c
+                co = cap_class(c) if c > 0 else -1
+                if co >= 0:  # the block left behind goes on its free list
+                    pool_yt[old, 0] = pmeta[2 + co]
+                    pmeta[2 + co] = old
         tsv = ts[i]
         z = (x - st[k, S_CENTER]) / st[k, S_SCALE]
         n = st[k, S_N] + 1.0
@@ -263,11 +302,12 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
             wsum = py + sign * z
             st[k, C_WALK + s] = wsum
             r = st[k, S_LOWER] if s == 0 else -st[k, S_UPPER]
-            hit = 1
-            if r != -np.inf:
+            hit = (1 << n_grid) - 1  # bit j: lambda_j's bound may exceed r
+            fr = st[k, C_SUPR + s]  # the r the filter is for; NaN, -inf: see the docstring
+            if r != -np.inf and (fr == r or fr == -np.inf):
                 # The skip filter of cs_hull_run (see confseq_kernels._support_refresh), with
                 # the slopes s_j = r + a_j v recomputed instead of stored.
-                if st[k, C_SUPR + s] != r:
+                if fr != r:
                     ymax = 0.0
                     for q in range(h):
                         ymax = max(ymax, abs(pool_yt[o + q, 0]))
@@ -291,34 +331,42 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
                     sj = r + grid[1, j] * v
                     m = min(np.float64(st32[k, q0 + j]), py - sj * px)
                     st32[k, q0 + j] = _down32(m)
-                    hit += (wsum - grid[2, j] - sj * n - m) > lim
+                    if (wsum - grid[2, j] - sj * n - m) > lim:
+                        hit |= 1 << j
             if hit:
+                # cs_hull_run's tangent queries: one walk for all lambdas, a bound for each
+                # lambda the filter let through.
+                q = h - 1
                 for j in range(n_grid):
                     qy = wsum - grid[2, j]
-                    lo = 0
-                    hi = h - 1
-                    while lo < hi:
-                        mid = (lo + hi) // 2
-                        if (qy - pool_yt[o + mid, 0]) * (n - pool_x[o + mid + 1]) \
-                                < (qy - pool_yt[o + mid + 1, 0]) * (n - pool_x[o + mid]):
-                            lo = mid + 1
-                        else:
-                            hi = mid
-                    b = (qy - pool_yt[o + lo, 0]) / (n - pool_x[o + lo]) - grid[1, j] * v
-                    if b > best:
-                        best = b
-                        arg = pool_x[o + lo]
-                        argt = pool_yt[o + lo, 1]
+                    while q > 0 and not ((qy - pool_yt[o + q - 1, 0]) * (n - pool_x[o + q])
+                                         < (qy - pool_yt[o + q, 0]) * (n - pool_x[o + q - 1])):
+                        q -= 1
+                    if (hit >> j) & 1:
+                        b = (qy - pool_yt[o + q, 0]) / (n - pool_x[o + q]) - grid[1, j] * v
+                        if b > best:
+                            best = b
+                            arg = pool_x[o + q]
+                            argt = pool_yt[o + q, 1]
+            # The filter's state: valid for r (C_SUPR = r); r moved at this step (NaN: the
+            # next step searches without it, as r often moves again); stale but r stayed
+            # (-inf: the next step recomputes it).
             if s == 0:
                 if best > st[k, S_LOWER]:
                     st[k, S_LOWER] = best
                     st[k, S_ARGLO] = arg
                     st[k, S_TSLO] = argt
+                    st[k, C_SUPR] = np.nan
+                elif fr != fr:
+                    st[k, C_SUPR] = -np.inf
             else:
                 if -best < st[k, S_UPPER]:
                     st[k, S_UPPER] = -best
                     st[k, S_ARGHI] = arg
                     st[k, S_TSHI] = argt
+                    st[k, C_SUPR + 1] = np.nan
+                elif fr != fr:
+                    st[k, C_SUPR + 1] = -np.inf
         lower = st[k, S_LOWER]
         upper = st[k, S_UPPER]
         out[F_LOWER, i] = st[k, S_CENTER] + st[k, S_SCALE] * lower

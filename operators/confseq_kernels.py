@@ -37,7 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "hull_argmax_slope",
-           "hull_walk_argmax",
+           "hull_walk_argmax", "hull_tangents_walk",
            "HULL_STATE", "BETTING_STATE", "M_FLAG", "M_PFA", "M_LAYOUT",
            "M_HULL_SIZE",
            "S_N", "S_LOWER", "S_UPPER", "S_SUM", "S_ALARM", "S_NBURN", "S_CENTER", "S_SCALE",
@@ -114,6 +114,27 @@ def hull_walk_argmax(hx, hy, h, qx, qy, k):
     while k > 0 and not ((qy - hy[k - 1]) * (qx - hx[k]) < (qy - hy[k]) * (qx - hx[k - 1])):
         k -= 1
     return k
+
+
+@njit(cache=True)
+def hull_tangents_walk(hx, hy, h, qx, qys, out):
+    """:func:`hull_argmax_slope` for each of the queries ``(qx, qys[j])``, ``qys``
+    decreasing, in one walk: ``out[j]`` the index for ``qys[j]``.
+
+    For two hull points ``k < k'`` the slope to ``k'`` gains on the slope to ``k`` as ``qy``
+    grows (it divides by the shorter run ``qx - hx[k']``), so the leftmost maximum moves
+    left as ``qy`` decreases: each query walks down from the previous one's answer with the
+    binary search's own comparison, O(``h`` + queries) in all instead of a search each. As
+    with :func:`hull_walk_argmax`, the result can differ from the binary search's only at a
+    near-tie of two slopes. The kernels' shared-hull queries (``d_j`` grows with ``j``, so
+    ``qy_j = w - d_j`` decreases) are this walk written out in place.
+    """
+    k = h - 1
+    for j in range(qys.shape[0]):
+        qy = qys[j]
+        while k > 0 and not ((qy - hy[k - 1]) * (qx - hx[k]) < (qy - hy[k]) * (qx - hx[k - 1])):
+            k -= 1
+        out[j] = k
 
 
 def _pointer_intrinsic(as_float64: bool):
@@ -232,7 +253,8 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
 
     With one hull per side (the shared case) a step first asks a filter whether any
     ``lambda_j`` can raise the running max (:func:`_support_refresh`); only then are the
-    tangent queries run (binary search, :func:`hull_argmax_slope`). Under no change the
+    tangent queries run (one walk for all lambdas, :func:`hull_tangents_walk`), and a bound is
+    computed only for the lambdas the filter let through. Under no change the
     running max moves on a few percent of the steps, so most steps cost O(``n_grid``)
     multiply-adds and no search; the outputs are the same as with the queries on every
     step. ``support`` (2, ``2 n_grid + 2``) is that filter's cache: not state (NaN in its
@@ -329,7 +351,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                 wsum = py + sign * z
                 walk[s, 0] = wsum
                 r = scal[S_LOWER] if s == 0 else -scal[S_UPPER]
-                hit = 1
+                hit = (1 << n_grid) - 1  # bit j: lambda_j's bound may exceed r
                 if r != -np.inf:
                     # The skip filter (see _support_refresh; written out here: a call would
                     # reference-count its array arguments on every step).
@@ -346,25 +368,23 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
                         sj = support[s, n_grid + j]
                         m = min(support[s, j], py - sj * px)
                         support[s, j] = m
-                        hit += (wsum - grid[2, j] - sj * n - m) > lim
+                        if (wsum - grid[2, j] - sj * n - m) > lim:
+                            hit |= 1 << j
                 if hit:
+                    # The tangent queries, all lambdas in one walk (hull_tangents_walk, indexed
+                    # in place); the bounds of the lambdas the filter let through.
+                    k = h - 1
                     for j in range(n_grid):
                         qy = wsum - grid[2, j]
-                        lo = 0
-                        hi = h - 1
-                        while lo < hi:  # hull_argmax_slope, indexed in place
-                            mid = (lo + hi) // 2
-                            if (qy - hull_y[s, 0, mid]) * (n - hull_x[s, 0, mid + 1]) \
-                                    < (qy - hull_y[s, 0, mid + 1]) * (n - hull_x[s, 0, mid]):
-                                lo = mid + 1
-                            else:
-                                hi = mid
-                        k = lo
-                        b = (qy - hull_y[s, 0, k]) / (n - hull_x[s, 0, k]) - grid[1, j] * v
-                        if b > best:
-                            best = b
-                            arg = hull_x[s, 0, k]
-                            argt = hull_t[s, 0, k]
+                        while k > 0 and not ((qy - hull_y[s, 0, k - 1]) * (n - hull_x[s, 0, k])
+                                             < (qy - hull_y[s, 0, k]) * (n - hull_x[s, 0, k - 1])):
+                            k -= 1
+                        if (hit >> j) & 1:
+                            b = (qy - hull_y[s, 0, k]) / (n - hull_x[s, 0, k]) - grid[1, j] * v
+                            if b > best:
+                                best = b
+                                arg = hull_x[s, 0, k]
+                                argt = hull_t[s, 0, k]
             for j in range(n_grid if not shared else 0):
                 lam = grid[0, j]
                 py = walk[s, j] + pen / lam

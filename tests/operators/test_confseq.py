@@ -536,6 +536,36 @@ def test_hull_walk_matches_binary_search_from_any_hint():
     assert checked > 1000
 
 
+def test_one_walk_for_all_lambdas_matches_a_binary_search_each():
+    """The shared-hull kernels' tangent queries (one walk over the hull for all lambdas,
+    ``qy`` decreasing) give each query the binary search's index."""
+    from shiftwatch.operators.confseq_kernels import hull_argmax_slope, hull_tangents_walk
+
+    rng = np.random.default_rng(17)
+    grid = ConfSeqDetector(cs="subgaussian", sigma=1.0)._grid
+    checked = 0
+    for trial in range(300):
+        steps = int(rng.integers(2, 400))
+        walk = np.r_[0.0, np.cumsum(rng.normal(rng.uniform(-0.5, 0.5), 1.0, size=steps))]
+        hx, hy = [], []
+        for px, py in enumerate(walk[:-1]):
+            while len(hx) >= 2 and ((hx[-1] - hx[-2]) * (py - hy[-2])
+                                    - (hy[-1] - hy[-2]) * (px - hx[-2])) <= 0.0:
+                hx.pop()
+                hy.pop()
+            hx.append(float(px))
+            hy.append(float(py))
+        hxa, hya, h = np.array(hx), np.array(hy), len(hx)
+        n = float(steps)
+        offsets = grid[2] if trial % 2 else np.sort(rng.exponential(5.0, 10))
+        qys = walk[-1] - offsets
+        got = np.empty(qys.size, dtype=np.int64)
+        hull_tangents_walk(hxa, hya, h, n, qys, got)
+        assert got.tolist() == [hull_argmax_slope(hxa, hya, h, n, q) for q in qys]
+        checked += qys.size
+    assert checked == 3000
+
+
 def _kernel_without_filter():
     """``cs_hull_run`` compiled from its source with the skip filter switched off: the
     tangent queries then run on every step, as before the filter existed."""
