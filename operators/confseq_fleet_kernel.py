@@ -14,7 +14,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from shiftwatch.operators.confseq import N_LAMBDAS
 from shiftwatch.operators.confseq_kernels import (
@@ -133,26 +136,31 @@ def move_block(ix, k, s, pool_x, pool_yt, to_x, to_yt, dest):
     ix[k, X_OFF + s] = dest
 
 
-@njit(cache=True)
-def _touch(slots, start, st, ix, pool_x, pool_yt):
-    """Read a word of every cache line the values ``start:`` will need (their keys' rows,
-    then their hull blocks' last points), in loops whose iterations do not depend on each
-    other, so the processor fetches many lines at once; the main loop then finds them in
-    cache instead of waiting for each key's lines in turn (with 100,000 keys nearly every
-    step's lines are in memory). Returns a sum of what it read (stored, so it is not
-    optimised away)."""
-    acc = 0.0
-    for i in range(start, slots.shape[0]):
-        k = slots[i]
-        acc += st[k, 0] + st[k, 7] + st[k, 14] + st[k, 21] + st[k, C_ROW - 1] + ix[k, 0]
-    for i in range(start, slots.shape[0]):
-        k = slots[i]
-        for s in range(2):
-            h = ix[k, X_SIZE + s]
-            if h > 0:
-                p = ix[k, X_OFF + s] + h - 1
-                acc += pool_x[p] + pool_yt[p, 0]
-    return acc
+@intrinsic
+def _prefetch(typingctx, arr, flat):
+    """Ask the processor to bring the cache line of ``arr``'s element ``flat`` (a flat index
+    into a C-contiguous array) into cache, without waiting for it (LLVM's prefetch: never
+    faults, even past the array's end)."""
+    sig = types.void(arr, flat)
+
+    def codegen(context, builder, signature, args):
+        a = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
+        byte = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
+            "llvm.prefetch.p0i8")
+        # read, locality 3 (keep in all levels), data cache
+        builder.call(fn, [builder.bitcast(builder.gep(a.data, [args[1]]), byte), i32(0), i32(3),
+                          i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+#: How many values ahead the kernel prefetches a key's row; its hull blocks are prefetched
+#: half as far ahead, from the block offsets that row prefetch brought in.
+PREFETCH_AHEAD = 16
 
 
 @njit(cache=True)
@@ -195,10 +203,27 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
     state the next call takes as it is). ``ts[i]`` is NaN for a value without ``ts``.
     """
     n_grid = grid.shape[1]
-    if xs.shape[0] - start >= 64:
-        out[F_TS, start] = _touch(slots, start, st, ix, pool_x, pool_yt)
+    n_xs = xs.shape[0]
     i = start
-    while i < xs.shape[0]:
+    while i < n_xs:
+        # With 100,000 keys nearly every step's lines are in memory, not cache: fetch the
+        # rows of the keys a few values ahead, and the hull blocks of those half as far ahead,
+        # so that many lines are on their way at once instead of one step's at a time.
+        if i + PREFETCH_AHEAD < n_xs:
+            kd = slots[i + PREFETCH_AHEAD] * C_ROW
+            for c in range(0, C_ROW, 8):
+                _prefetch(st, kd + c)
+            _prefetch(st, kd + C_ROW - 1)
+            _prefetch(ix, slots[i + PREFETCH_AHEAD] * X_ROW)
+        if i + PREFETCH_AHEAD // 2 < n_xs:
+            kp = slots[i + PREFETCH_AHEAD // 2]
+            for s in range(2):
+                o = ix[kp, X_OFF + s]
+                e = o + ix[kp, X_SIZE + s]
+                _prefetch(pool_x, o)
+                _prefetch(pool_x, e)
+                for q in range(o, e + 1, 4):
+                    _prefetch(pool_yt, 2 * q)
         k = slots[i]
         x = xs[i]
         if st[k, S_ALARM] != 0.0:  # restart after an alarm
