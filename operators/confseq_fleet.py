@@ -238,13 +238,14 @@ class ConfSeqFleet:
 
     def _make_room(self, points: int) -> None:
         """``points`` free at the pool's tail: compact it if a sixteenth or more of it is
-        blocks left behind by growth, else (or if still short) make it a quarter longer."""
+        blocks left behind by growth (free or not), else (or if still short) make it an
+        eighth longer (not more: the unused tail is memory every key pays)."""
         if self._pool_used + points <= self._pool_x.shape[0]:
             return
         if 16 * (self._pool_used - self._pool_live) >= self._pool_x.shape[0]:
             self._compact(points)
         if self._pool_used + points > self._pool_x.shape[0]:
-            self._resize_pool(max(self._pool_x.shape[0] * 5 // 4, self._pool_used + points))
+            self._resize_pool(max(self._pool_x.shape[0] * 9 // 8, self._pool_used + points))
 
     def _grow_block(self, k: int, s: int) -> None:
         """Give (slot ``k``, side ``s``) a larger block (:func:`grown_cap`), as the kernel
