@@ -7,9 +7,10 @@ kilobytes. :class:`ConfSeqFleet` is what ``Keyed`` uses instead when the operato
 (sub-Gaussian or Hoeffding CS, no ``pfa``, no ``prune``, no ``restart``, ``locate`` = the CS
 start or off): a key is a slot (a float64 row and an int32 row of two state arrays), a key in
 its burn-in borrows a row of a shared burn-in table, the hull points of all keys share one
-pool (blocks that grow by a quarter), and :meth:`ConfSeqFleet.process_batch` reads the
-micro-batch in one Python pass and runs it, all keys interleaved, through one call of
-:func:`~shiftwatch.operators.confseq_fleet_kernel.fleet_hull_run`. About 780 bytes a key
+pool (blocks that grow by a quarter; a block a key grew out of waits on a free list for the
+next key growing into its size), and :meth:`ConfSeqFleet.process_batch` reads the
+micro-batch column by column and runs it, all keys interleaved, through one call of
+:func:`~shiftwatch.operators.confseq_fleet_kernel.fleet_hull_run`. About 900 bytes a key
 after 500 values (``benchmarks/RESULTS.md``).
 
 Outputs and dead letters are those of a ``ConfSeqOperator`` per key (tested bit for bit), and
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -408,12 +410,11 @@ class ConfSeqFleet:
             offs = [r["offset"] for r in records] if has_off else []
         except KeyError:
             return None
-        try:
-            slots = _packed("q", list(map(self._slot.get, keys)), np.int64)
-        except TypeError:  # an unhashable key
+        try:  # itemgetter: the lookups in one C call, a KeyError at a new key
+            got = itemgetter(*keys)(self._slot)
+        except (KeyError, TypeError):  # a new key, an unhashable one
             return None
-        except struct.error:  # a new key (None)
-            return None
+        slots = _packed("q", got if len(keys) > 1 else [got], np.int64)
         if set(map(type, values)) != {float}:
             return None
         xs = _packed("d", values, np.float64)
