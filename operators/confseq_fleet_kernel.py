@@ -161,6 +161,9 @@ def _prefetch(typingctx, arr, flat):
 #: How many values ahead the kernel prefetches a key's row; its hull blocks are prefetched
 #: half as far ahead, from the block offsets that row prefetch brought in.
 PREFETCH_AHEAD = 16
+#: Prefetch only when the rows alone pass this many bytes (a core's L2 cache holds at least
+#: about this much): with fewer keys their lines stay in cache and prefetching only costs.
+PREFETCH_BYTES = 1 << 20
 
 
 @njit(cache=True)
@@ -204,18 +207,19 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
     """
     n_grid = grid.shape[1]
     n_xs = xs.shape[0]
+    # With 100,000 keys nearly every step's lines are in memory, not cache: fetch the rows of
+    # the keys a few values ahead, and the hull blocks of those half as far ahead, so that many
+    # lines are on their way at once instead of one step's at a time.
+    far = st.shape[0] * C_ROW * 8 > PREFETCH_BYTES
     i = start
     while i < n_xs:
-        # With 100,000 keys nearly every step's lines are in memory, not cache: fetch the
-        # rows of the keys a few values ahead, and the hull blocks of those half as far ahead,
-        # so that many lines are on their way at once instead of one step's at a time.
-        if i + PREFETCH_AHEAD < n_xs:
+        if far and i + PREFETCH_AHEAD < n_xs:
             kd = slots[i + PREFETCH_AHEAD] * C_ROW
             for c in range(0, C_ROW, 8):
                 _prefetch(st, kd + c)
             _prefetch(st, kd + C_ROW - 1)
             _prefetch(ix, slots[i + PREFETCH_AHEAD] * X_ROW)
-        if i + PREFETCH_AHEAD // 2 < n_xs:
+        if far and i + PREFETCH_AHEAD // 2 < n_xs:
             kp = slots[i + PREFETCH_AHEAD // 2]
             for s in range(2):
                 o = ix[kp, X_OFF + s]
