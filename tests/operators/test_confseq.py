@@ -509,6 +509,21 @@ def test_restart_refeeds_the_post_change_values():
         create("cs", restart=1)
 
 
+def _lower_hull(ys: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The lower convex hull of the points ``(i, ys[i])``, built as the kernels build it:
+    x, y and the number of points."""
+    hx: list[float] = []
+    hy: list[float] = []
+    for px, py in enumerate(ys):
+        while len(hx) >= 2 and ((hx[-1] - hx[-2]) * (py - hy[-2])
+                                - (hy[-1] - hy[-2]) * (px - hx[-2])) <= 0.0:
+            hx.pop()
+            hy.pop()
+        hx.append(float(px))
+        hy.append(float(py))
+    return np.array(hx), np.array(hy), len(hx)
+
+
 def test_hull_walk_matches_binary_search_from_any_hint():
     """The tangent query's pointer walk returns the binary search's index from every start."""
     from shiftwatch.operators.confseq_kernels import hull_argmax_slope, hull_walk_argmax
@@ -517,15 +532,7 @@ def test_hull_walk_matches_binary_search_from_any_hint():
     checked = 0
     for _ in range(200):
         walk = np.r_[0.0, np.cumsum(rng.normal(size=int(rng.integers(2, 300))))]
-        hx, hy = [], []
-        for px, py in enumerate(walk[:-1]):  # lower convex hull, as the kernel builds it
-            while len(hx) >= 2 and ((hx[-1] - hx[-2]) * (py - hy[-2])
-                                    - (hy[-1] - hy[-2]) * (px - hx[-2])) <= 0.0:
-                hx.pop()
-                hy.pop()
-            hx.append(float(px))
-            hy.append(float(py))
-        hxa, hya, h = np.array(hx), np.array(hy), len(hx)
+        hxa, hya, h = _lower_hull(walk[:-1])
         n = float(walk.size - 1)
         for d in (0.0, 1.0, 10.0, 100.0):
             qy = walk[-1] - d
@@ -547,15 +554,7 @@ def test_one_walk_for_all_lambdas_matches_a_binary_search_each():
     for trial in range(300):
         steps = int(rng.integers(2, 400))
         walk = np.r_[0.0, np.cumsum(rng.normal(rng.uniform(-0.5, 0.5), 1.0, size=steps))]
-        hx, hy = [], []
-        for px, py in enumerate(walk[:-1]):
-            while len(hx) >= 2 and ((hx[-1] - hx[-2]) * (py - hy[-2])
-                                    - (hy[-1] - hy[-2]) * (px - hx[-2])) <= 0.0:
-                hx.pop()
-                hy.pop()
-            hx.append(float(px))
-            hy.append(float(py))
-        hxa, hya, h = np.array(hx), np.array(hy), len(hx)
+        hxa, hya, h = _lower_hull(walk[:-1])
         n = float(steps)
         offsets = grid[2] if trial % 2 else np.sort(rng.exponential(5.0, 10))
         qys = walk[-1] - offsets
