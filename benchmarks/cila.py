@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from shiftwatch.operators.cila import CILA
+from shiftwatch.operators.learners.cila import CILA
 from shiftwatch.sinks.metrics import forgetting
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from cila import _records, load_digits_data, load_mnist1d_data, mean_ci, split_tasks
 
-from shiftwatch.operators.cila import CILA
+from shiftwatch.operators.learners.cila import CILA
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ARMS = {"cila (defaults)": {}, "er (same buffer)": {"method": "er"},

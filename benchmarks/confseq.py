@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from river import drift
 
-from shiftwatch.operators.confseq import ConfSeqDetector
+from shiftwatch.operators.confseq.detector import ConfSeqDetector
 
 CS_BOUNDED = {
     "cs hoeffding": dict(cs="hoeffding"),

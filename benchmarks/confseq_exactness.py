@@ -1,6 +1,6 @@
 """Every output of the ``cs`` kernel at another commit against this tree's, on seeded streams.
 
-``python benchmarks/confseq_exactness.py REV`` loads ``operators/confseq_kernels.py`` as it is
+``python benchmarks/confseq_exactness.py REV`` loads ``operators/confseq/kernels.py`` as it is
 at git revision ``REV`` (e.g. the commit before a change to the kernel), runs the same seeded
 streams (20 seeds x 7 configurations x 20,000 values with 4 changes of random size each)
 through a ``ConfSeqDetector`` with that kernel and with this tree's, and counts the steps
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-import shiftwatch.operators.confseq as confseq
-from shiftwatch.operators.confseq import ConfSeqDetector
+import shiftwatch.operators.confseq.detector as confseq
+from shiftwatch.operators.confseq.detector import ConfSeqDetector
 
 CONFIGS = {"subgaussian, sigma=1": dict(cs="subgaussian", sigma=1.0),
            "subgaussian, scale-free": dict(cs="subgaussian"),
@@ -32,8 +32,13 @@ CONFIGS = {"subgaussian, sigma=1": dict(cs="subgaussian", sigma=1.0),
 
 def load_kernels(rev: str):
     root = Path(__file__).resolve().parent.parent
-    src = subprocess.run(["git", "show", f"{rev}:operators/confseq_kernels.py"], cwd=root,
-                         check=True, capture_output=True, text=True).stdout
+    for path in ("operators/confseq/kernels.py", "operators/confseq_kernels.py"):  # new, old
+        shown = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root,
+                               capture_output=True, text=True)
+        if shown.returncode == 0:
+            break
+    shown.check_returncode()
+    src = shown.stdout
     path = Path(tempfile.mkdtemp()) / "confseq_kernels_at_rev.py"
     path.write_text(src.replace("cache=True", "cache=False"))
     spec = importlib.util.spec_from_file_location("confseq_kernels_at_rev", path)

@@ -1,8 +1,8 @@
 """Hare & Tortoise on mnist1d: warm-start gap, 10-chunk continual variant, stream demo, speed.
 
-Every arm runs through :class:`shiftwatch.operators.hare_tortoise.HareTortoise` (offline loops call
-its ``learn_many``/``predict_many``/``task_change``; the stream demo feeds records to ``process``),
-so the arms share one code path. mnist1d is generated offline
+Every arm runs through :class:`shiftwatch.operators.learners.hare_tortoise.HareTortoise` (offline
+loops call its ``learn_many``/``predict_many``/``task_change``; the stream demo feeds records to
+``process``), so the arms share one code path. mnist1d is generated offline
 (``make_dataset(get_dataset_args())``: 4000 train, 1000 test, 40 features, 10 classes).
 
 Usage::
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shiftwatch.operators.hare_tortoise import HareTortoise
+from shiftwatch.operators.learners.hare_tortoise import HareTortoise
 
 torch.set_num_threads(1)
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -28,7 +28,7 @@ import time
 import numpy as np
 from hare_tortoise import acc, ci95, digits, mnist1d, noisy, prequential, train
 
-from shiftwatch.operators.hare_tortoise import HareTortoise
+from shiftwatch.operators.learners.hare_tortoise import HareTortoise
 
 SEEDS = range(100, 105)
 

@@ -5,7 +5,7 @@
 
 The shared development machine's load drifts by a factor of two within minutes, so separate
 runs of ``kafka_throughput.py`` cannot resolve a 10-20% change. This script starts tansu once,
-produces the input once, loads the stage code twice in one process (``deploy/kafka_stage.py``,
+produces the input once, loads the stage code twice in one process (``deploy/kafka/stage.py``,
 ``kafka_checkpoint.py``, ``kafka_changelog.py`` as in ``--before-ref``, read with
 ``git show``; everything else is this tree's) and then runs, in every round, a raw
 kafka-python loop followed by each (code, operator, checkpoints) pass in turn. It prints the
@@ -43,7 +43,7 @@ def load_revision(ref: str) -> type:
             mod.__file__ = f"{ref}:deploy/{m}.py"
             sys.modules[name] = mod
             exec(compile(src, mod.__file__, "exec"), mod.__dict__)
-        return sys.modules["shiftwatch.deploy.kafka_stage"].StageRunner
+        return sys.modules["shiftwatch.deploy.kafka.stage"].StageRunner
     finally:
         sys.modules.update({f"shiftwatch.deploy.{m}": mod for m, mod in saved.items()})
 
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--operators", default="cs,river:ADWIN")
     args = ap.parse_args()
-    from shiftwatch.deploy.kafka_stage import StageRunner
+    from shiftwatch.deploy.kafka.stage import StageRunner
 
     codes = {"before": load_revision(args.before_ref), "after": StageRunner}
     passes = [(code, op, every) for op in args.operators.split(",")

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kafka_throughput as kt
 
-from shiftwatch.deploy.kafka_stage import StageRunner
+from shiftwatch.deploy.kafka.stage import StageRunner
 from shiftwatch.deploy.pipeline import parse_pipeline
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 30000

@@ -17,7 +17,7 @@ import time
 import numpy as np
 from kafka import TopicPartition
 
-from shiftwatch.deploy.kafka_stage import StageRunner
+from shiftwatch.deploy.kafka.stage import StageRunner
 from shiftwatch.deploy.pipeline import parse_pipeline
 
 

@@ -42,7 +42,7 @@ import numpy as np
 import orjson
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from shiftwatch.deploy.kafka_stage import StageRunner
+from shiftwatch.deploy.kafka.stage import StageRunner
 from shiftwatch.deploy.pipeline import parse_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ import numpy as np
 
 from shiftwatch.operators import create
 from shiftwatch.operators.locate import ValueWindow, mean_change_split
-from shiftwatch.sinks.evaluation import evaluate_detector, evaluate_locations
+from shiftwatch.sinks.scoring import evaluate_detector, evaluate_locations
 
 DETECTORS = {"river:ADWIN": {}, "river:PageHinkley": {}, "river:KSWIN": {"seed": 7}, "cs": {}}
 OUT = Path(__file__).parent / "results" / "location.md"
@@ -126,7 +126,7 @@ def table_window(reps: int = 30) -> list[str]:
 def table_tcpd() -> list[str]:
     import tempfile
 
-    from shiftwatch.deploy.demo import BURN_IN, DEFAULT_DATASETS, DEMO_PARAMS
+    from shiftwatch.deploy.demos.tcpd import BURN_IN, DEFAULT_DATASETS, DEMO_PARAMS
     from shiftwatch.deploy.local import Pipeline
     from shiftwatch.operators.transforms import Standardize
     from shiftwatch.sinks import EvaluationSink
@@ -326,7 +326,7 @@ def table_cost_cs_karcher(n: int = 50_000) -> list[str]:
         rows.append(f"| {name} | {best[False]:.2e} | {best[True]:.2e} | "
                     f"{best[True] / best[False]:.2f}x |")
     # Per alarm for karcher: distances of a full window to the slow mean, then the split.
-    from shiftwatch.operators.riemannian import point_distances
+    from shiftwatch.operators.riemannian.karcher import point_distances
 
     pts = np.stack([r["value"] for r in spd[:500]])
     t0 = time.perf_counter()

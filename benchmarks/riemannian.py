@@ -27,17 +27,19 @@ import numpy as np
 from numba import njit
 from scipy import signal, stats
 
-from shiftwatch.operators.manifolds import (
-    SPD,
+from shiftwatch.operators.riemannian.karcher import KarcherDetector
+from shiftwatch.operators.riemannian.linalg import (
     cholesky_inplace,
     congruence_lower_inplace,
     lower_inverse_inplace,
+    sym_eig_inplace,
+)
+from shiftwatch.operators.riemannian.spd import (
+    SPD,
     spd_affine_dist,
     spd_affine_step,
     spd_affine_step_inplace,
-    sym_eig_inplace,
 )
-from shiftwatch.operators.riemannian import KarcherDetector
 from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
 
 OUT = Path(__file__).resolve().parent / "results"

@@ -50,7 +50,7 @@ OPERATORS = ["cs", "river:ADWIN", "river:PageHinkley", "standardize"]
 # ---- 1. operators alone ----------------------------------------------------------------
 
 def operator_profile(name: str, keys: int, per_key: int) -> dict:
-    from shiftwatch.deploy.kafka_checkpoint import state_bytes
+    from shiftwatch.deploy.kafka.checkpoint import state_bytes
     from shiftwatch.operators import Keyed, create
 
     rng = np.random.default_rng(0)
@@ -91,7 +91,7 @@ def operator_profile(name: str, keys: int, per_key: int) -> dict:
 
 def worker(args) -> None:
     """One stage process: run until stopped by ``--stop-file``; print one JSON line."""
-    from shiftwatch.deploy.kafka_stage import StageRunner
+    from shiftwatch.deploy.kafka.stage import StageRunner
     from shiftwatch.deploy.pipeline import parse_pipeline
 
     cfg = parse_pipeline({

@@ -18,10 +18,10 @@ _LAZY = {
     "PipelineConfig": "shiftwatch.deploy.pipeline",
     "StageConfig": "shiftwatch.deploy.pipeline",
     "PipelineError": "shiftwatch.deploy.pipeline",
-    "StageRunner": "shiftwatch.deploy.kafka_stage",
-    "run_pipeline": "shiftwatch.deploy.kafka_stage",
-    "dedupe": "shiftwatch.deploy.kafka_dedupe",
-    "Deduper": "shiftwatch.deploy.kafka_dedupe",
+    "StageRunner": "shiftwatch.deploy.kafka.stage",
+    "run_pipeline": "shiftwatch.deploy.kafka.stage",
+    "dedupe": "shiftwatch.deploy.kafka.dedupe",
+    "Deduper": "shiftwatch.deploy.kafka.dedupe",
 }
 
 __all__ = [*_LAZY]

@@ -162,7 +162,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     ops = _build_operators(args.stages)  # validate before opening anything
     source_opts = parse_params(args.source_opt, "--source-opt")
     if args.source.startswith("kafka:"):  # a bounded wait for the cluster, client log quiet
-        from shiftwatch.deploy.kafka_connect import client_defaults, quiet_kafka_logs
+        from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
 
         quiet_kafka_logs(args.debug)
         source_opts["client"] = {**client_defaults(), **(source_opts.get("client") or {})}
@@ -268,7 +268,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
 
-    from shiftwatch.deploy.kafka_stage import run_pipeline
+    from shiftwatch.deploy.kafka.stage import run_pipeline
     from shiftwatch.deploy.pipeline import load_pipeline
 
     with user_input():
@@ -281,7 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.metrics["port"] = args.metrics_port
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    from shiftwatch.deploy.kafka_connect import client_defaults, quiet_kafka_logs
+    from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
 
     quiet_kafka_logs(args.debug)
     for k, v in client_defaults().items():  # a bounded wait for the cluster
@@ -291,25 +291,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.kafka:
-        from shiftwatch.deploy.demo_kafka import run_kafka_demo
-        from shiftwatch.deploy.kafka_connect import quiet_kafka_logs
+        from shiftwatch.deploy.demos.kafka import run_kafka_demo
+        from shiftwatch.deploy.kafka.connect import quiet_kafka_logs
 
         quiet_kafka_logs(args.debug)
         return run_kafka_demo(out_dir=Path(args.out) / "kafka")
-    from shiftwatch.deploy.demo import run_demo
+    from shiftwatch.deploy.demos.tcpd import run_demo
 
     rc = run_demo(out_dir=Path(args.out), datasets=args.dataset or None,
                   detectors=args.detector or None, plots=not args.no_plots)
     if rc == 0 and not args.no_sensors:
         # The multichannel part: Riemannian detection through the window-covariance transform.
-        from shiftwatch.deploy.demo_sensors import run_sensor_demo
+        from shiftwatch.deploy.demos.sensors import run_sensor_demo
 
         rc = run_sensor_demo(out_dir=Path(args.out) / "sensors", plots=not args.no_plots)
     return rc
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from shiftwatch.deploy.broker import BrokerError, run_broker
+    from shiftwatch.deploy.kafka.broker import BrokerError, run_broker
 
     try:
         return run_broker(port=args.port, host=args.host)
@@ -318,9 +318,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from shiftwatch.deploy.kafka_connect import client_defaults, default_bootstrap
-    from shiftwatch.deploy.kafka_connect import quiet_kafka_logs as _quiet
-    from shiftwatch.deploy.produce import produce_source
+    from shiftwatch.deploy.kafka.connect import client_defaults, default_bootstrap
+    from shiftwatch.deploy.kafka.connect import quiet_kafka_logs as _quiet
+    from shiftwatch.deploy.kafka.produce import produce_source
     from shiftwatch.sinks import DeadLetterSink
     from shiftwatch.streams import open_source
 
@@ -559,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shiftwatch: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # a bug, not a user error (a ValueError too): show where
-        from shiftwatch.deploy.kafka_connect import is_unreachable, unreachable_message
+        from shiftwatch.deploy.kafka.connect import is_unreachable, unreachable_message
 
         if is_unreachable(exc):  # no broker answered within the bounded wait: one line
             hint = ("give its address in the source: kafka:TOPIC?bootstrap=HOST:PORT"

@@ -6,7 +6,7 @@ Where a record is ...
   :meth:`StageExecutor.admit` with :func:`shiftwatch.operators.codec.decode_record`
   (the Kafka history source :mod:`shiftwatch.streams.kafka` uses the same function);
 * **validated and de-duplicated**: :meth:`StageExecutor.admit` (value check, then
-  :class:`~shiftwatch.deploy.kafka_dedupe.Deduper` on the input coordinates);
+  :class:`~shiftwatch.deploy.kafka.dedupe.Deduper` on the input coordinates);
 * **processed**: :meth:`StageExecutor.process`, the keyed operator chain;
 * **dead-lettered**: :meth:`StageExecutor.dead_letter`, one schema
   (:meth:`~shiftwatch.operators.records.DeadLetter.to_record`);
@@ -14,7 +14,7 @@ Where a record is ...
   :func:`~shiftwatch.operators.codec.encode_record` (Kafka) or the same rule in the file sinks.
 
 The local runner (:class:`~shiftwatch.deploy.local.Pipeline`) and the Kafka stage
-(:class:`~shiftwatch.deploy.kafka_stage.StageRunner`) are loops around it that differ only in
+(:class:`~shiftwatch.deploy.kafka.stage.StageRunner`) are loops around it that differ only in
 where records come from and where outputs, dead letters and checkpoints go. Outputs come in
 input order (the order of the records they came from), whatever grouping by key the operators
 do inside, and one :class:`RunSummary` counts what happened.
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shiftwatch.deploy.kafka_dedupe import Deduper
+from shiftwatch.deploy.kafka.dedupe import Deduper
 from shiftwatch.operators.codec import decode_record
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.operators.records import BadInput, DeadLetter

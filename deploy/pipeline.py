@@ -30,7 +30,7 @@ Everything is checked by :func:`load_pipeline` before anything is consumed: unkn
 missing keys, bad operator names or parameters, bad numbers. Each problem is one line naming
 the file and the place (``pipeline.yaml: stages[1] (detect): unknown key 'oprator'``).
 Whether the topics exist is checked against the cluster when the stage starts
-(:meth:`shiftwatch.deploy.kafka_stage.StageRunner.prepare`), also before consuming.
+(:meth:`shiftwatch.deploy.kafka.stage.StageRunner.prepare`), also before consuming.
 
 String values may use ``${VAR}`` or ``${VAR:-default}`` to read the environment (for the
 bootstrap address and credentials in containers).

@@ -85,7 +85,7 @@ class Operator:
         None (the default): :class:`~shiftwatch.operators.keyed.Keyed` keeps one clone of the
         operator per key. An operator may return an object with the same outputs and per-key
         ``state_dict`` that runs a micro-batch of many keys at once (see
-        :class:`~shiftwatch.operators.confseq_fleet.ConfSeqFleet`). A store has what ``Keyed``
+        :class:`~shiftwatch.operators.confseq.fleet.ConfSeqFleet`). A store has what ``Keyed``
         delegates to: ``process(record, owner)``, ``process_batch(records, owner)`` (``owner``
         the ``Keyed``, for its dead letters), ``existing(key)``, ``object_for(key)``,
         ``load_key(key, state)``, ``keys`` and ``len()``.

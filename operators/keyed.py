@@ -33,7 +33,7 @@ class Keyed(Operator):
     once one of its records was accepted, so bad records do not grow the state.
 
     An operator may keep all its keys in one store instead of a clone per key (its
-    ``_keyed_store`` hook; ``cs`` does, see :mod:`~shiftwatch.operators.confseq_fleet`):
+    ``_keyed_store`` hook; ``cs`` does, see :mod:`~shiftwatch.operators.confseq.fleet`):
     the outputs, dead letters and per-key ``state_dict`` are the same, the outputs come in
     input order, :meth:`existing` gives an object with the key's ``state_dict``, and
     :attr:`keys` lists the store's keys (in order of first acceptance within each kind).

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PASSTHROUGH_FIELDS", "BadInput", "DeadLetter", "get_field", "as_scalar", "as_array"]
+__all__ = ["PASSTHROUGH_FIELDS", "BadInput", "DeadLetter", "get_field", "as_scalar", "as_array",
+           "numeric_ts"]
 
 
 #: Fields that travel from an input record to the outputs it produces.
@@ -200,3 +201,17 @@ def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
     if not np.all(np.isfinite(arr)):
         raise BadInput(f"{name} contains NaN or infinite entries")
     return arr
+
+
+def numeric_ts(record: Mapping) -> float | None:
+    """The record's ``ts`` as a float if it is a number (not a bool), else None.
+
+    Detectors keep it with each value so that an alarm can say ``change_ts``.
+
+    >>> numeric_ts({"ts": 3}), numeric_ts({"ts": "2026-01-01"}), numeric_ts({"ts": True})
+    (3.0, None, None)
+    """
+    ts = record.get("ts") if isinstance(record, Mapping) else None
+    if isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool):
+        return float(ts)
+    return None

@@ -21,8 +21,9 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from shiftwatch.operators.source_info import OperatorInfo, class_info_from_source
 
 if TYPE_CHECKING:  # listing operators must not import NumPy (the contract does)
     from shiftwatch.operators.contract import Operator
@@ -44,34 +45,30 @@ __all__ = [
 #: Built-in operators: registered name -> ``"module:Class"``. The module registers the class
 #: with :func:`register` when it is imported, which happens on first use.
 BUILTIN_OPERATORS: dict[str, str] = {
-    "cs": "shiftwatch.operators.confseq:ConfSeqOperator",
-    "karcher": "shiftwatch.operators.riemannian:KarcherOperator",
-    "hare-tortoise": "shiftwatch.operators.hare_tortoise:HareTortoise",
-    "cila": "shiftwatch.operators.cila:CILA",
+    "cs": "shiftwatch.operators.confseq.operator:ConfSeqOperator",
+    "karcher": "shiftwatch.operators.riemannian.operator:KarcherOperator",
+    "hare-tortoise": "shiftwatch.operators.learners.hare_tortoise:HareTortoise",
+    "cila": "shiftwatch.operators.learners.cila:CILA",
     "standardize": "shiftwatch.operators.transforms:Standardize",
-    "window_covariance": "shiftwatch.operators.manifold_transforms:WindowCovariance",
-    "window_subspace": "shiftwatch.operators.manifold_transforms:WindowSubspace",
-    "normalize_sphere": "shiftwatch.operators.manifold_transforms:NormalizeSphere",
+    "window_covariance": "shiftwatch.operators.riemannian.transforms:WindowCovariance",
+    "window_subspace": "shiftwatch.operators.riemannian.transforms:WindowSubspace",
+    "normalize_sphere": "shiftwatch.operators.riemannian.transforms:NormalizeSphere",
 }
 
 #: Built-in operator families ``prefix:NAME``: prefix -> the module that calls
 #: :func:`register_prefix` for it when imported.
 BUILTIN_PREFIXES: dict[str, str] = {
-    "river": "shiftwatch.operators.river_adapter",
+    "river": "shiftwatch.operators.river.adapter",
+}
+
+#: Families whose operators can be listed from source: prefix -> (the library module whose
+#: import makes reading the source pointless, ``"module:function"`` returning the infos or None).
+PREFIX_SOURCE_INFOS: dict[str, tuple[str, str]] = {
+    "river": ("river.drift", "shiftwatch.operators.river.source_info:river_operator_infos"),
 }
 
 _REGISTRY: dict[str, type[Operator]] = {}
 _PREFIXES: dict[str, tuple[Callable[[str], Callable[..., Operator]], Callable[[], list[str]]]] = {}
-
-
-@dataclass
-class OperatorInfo:
-    """What ``shiftwatch operators`` prints for one operator."""
-
-    name: str
-    summary: str
-    params: dict  # name -> default (inspect.Parameter.empty shown as "required")
-    input_kind: str
 
 
 def register(name: str) -> Callable[[type[Operator]], type[Operator]]:
@@ -217,11 +214,11 @@ def _accepted_params(ctor: Callable[..., Any]) -> list[str] | None:
 
 def _prefix_infos(prefix: str) -> list[OperatorInfo] | None:
     """The family's operators read from source, or None when that is not possible."""
-    if prefix == "river" and "river.drift" not in sys.modules:
-        from shiftwatch.operators.source_info import river_operator_infos
-
-        return river_operator_infos()
-    return None
+    entry = PREFIX_SOURCE_INFOS.get(prefix)
+    if entry is None or entry[0] in sys.modules:
+        return None
+    module, _, function = entry[1].partition(":")
+    return getattr(importlib.import_module(module), function)()
 
 
 def registered_names() -> list[str]:
@@ -254,8 +251,6 @@ def list_operators() -> list[OperatorInfo]:
     Operators whose module is not imported yet are described from their source, so listing
     imports no operator module (and neither Numba nor PyTorch).
     """
-    from shiftwatch.operators.source_info import class_info_from_source
-
     infos: list[OperatorInfo] = []
     for name in sorted(set(_REGISTRY) | set(BUILTIN_OPERATORS)):
         if name not in _REGISTRY:

@@ -28,18 +28,16 @@ import numpy as np
 
 from shiftwatch.operators.codec import jsonable, key_text
 from shiftwatch.sinks.base import Sink
-from shiftwatch.sinks.metrics import (
-    accuracy_matrix,
-    average_accuracy,
-    covering,
-    detection_summary,
-    evaluation_triples,
-    f_measure,
-    forgetting,
-    prequential_accuracy,
+from shiftwatch.sinks.learner_scores import learner_metrics
+from shiftwatch.sinks.plots import plot_accuracy, plot_series, plot_statistic
+from shiftwatch.sinks.scoring import (
+    evaluate_detector,
+    evaluate_locations,
+    located_positions,
+    pool_detectors,
 )
 
-__all__ = ["EvaluationSink", "evaluate_detector", "evaluate_locations", "merge_change_points"]
+__all__ = ["EvaluationSink"]
 
 #: Output fields the sink keeps (besides every ``y_pred*`` field).
 _KEPT = (
@@ -58,151 +56,6 @@ _KEPT = (
 )
 #: A vector input with more coordinates than this is plotted as its Euclidean norm.
 _MAX_COORDS = 8
-
-
-def merge_change_points(
-    annotations: Mapping[Any, Iterable[int]] | Sequence[int] | None, margin: int = 5
-) -> list[int]:
-    """One list of true change points from several annotators.
-
-    The union of all annotators' points, sorted, where a point at most ``margin`` after the
-    previous kept point is taken as the same change and dropped (annotators rarely agree to
-    the sample). Position 0 is dropped.
-
-    Examples
-    --------
-    >>> merge_change_points({"a": [100, 250], "b": [103, 400], "c": [0]})
-    [100, 250, 400]
-    """
-    if annotations is None:
-        return []
-    sets = annotations.values() if isinstance(annotations, Mapping) else [annotations]
-    kept: list[int] = []
-    for c in sorted({int(c) for s in sets for c in s}):
-        if c > 0 and (not kept or c - kept[-1] > margin):
-            kept.append(c)
-    return kept
-
-
-def evaluate_detector(
-    alarms: Iterable[int],
-    annotations: Mapping[Any, Iterable[int]] | Sequence[int] | None,
-    n: int,
-    margin: int = 5,
-) -> dict:
-    """Score the alarms of one series: TCPD F1 and covering, delays, false alarms, ARL.
-
-    Parameters
-    ----------
-    alarms
-        Alarm positions in the series (0-based).
-    annotations
-        ``{annotator: [change points]}``, one list of change points, or None (unknown).
-        Change points at or beyond ``n`` (not reached yet) are left out of every score.
-    n
-        The length of the series.
-    margin
-        The F1 margin (TCPDBench: 5) and the merge distance of :func:`merge_change_points`.
-
-    Returns
-    -------
-    dict
-        ``n``, ``alarms``, ``n_alarms``, ``f1``, ``precision``, ``recall``, ``covering``
-        (None without annotations), ``margin``, ``change_points`` (the merged truth, inside
-        the series) and ``detection``: :func:`~shiftwatch.sinks.metrics.detection_summary` against
-        those change points (its ``average_run_length`` is ``inf`` when there is no false alarm).
-
-    Examples
-    --------
-    >>> r = evaluate_detector([52, 130], {"a": [50], "b": [48, 150]}, n=200)
-    >>> r["precision"], r["recall"]  # P = 2/3 (0 and 52), R = (2/2 + 2/3) / 2
-    (0.6666666666666666, 0.8333333333333333)
-    >>> round(r["f1"], 4), r["change_points"], r["detection"]["delays"]
-    (0.7407, [48, 150], [4, None])
-    >>> evaluate_detector([], None, n=10)["detection"]["average_run_length"]
-    inf
-    """
-    n = int(n)
-    alarm_list = sorted({int(a) for a in alarms})
-    out: dict[str, Any] = {
-        "n": n,
-        "alarms": alarm_list,
-        "n_alarms": len(alarm_list),
-        "f1": None,
-        "precision": None,
-        "recall": None,
-        "covering": None,
-        "margin": margin,
-    }
-    if annotations is not None and not isinstance(annotations, Mapping):
-        annotations = {"0": list(annotations)}
-    if annotations is not None and len(annotations) == 0:
-        annotations = None
-    if annotations is not None and n > 0:
-        # Change points the series never reached (an interrupted or partial replay) cannot be
-        # detected; every score leaves them out, as the detection summary below does.
-        reached = {k: [int(c) for c in v if int(c) < n] for k, v in annotations.items()}
-        f, p, r = f_measure(reached, alarm_list, margin=margin, return_PR=True)
-        out.update(f1=f, precision=p, recall=r, covering=covering(reached, alarm_list, n))
-    truth = [c for c in merge_change_points(annotations, margin) if c < n]
-    out["change_points"] = truth
-    out["detection"] = detection_summary(alarm_list, truth, n) if n > 0 else None
-    return out
-
-
-def evaluate_locations(
-    located: Iterable[int],
-    annotations: Mapping[Any, Iterable[int]] | Sequence[int] | None,
-    n: int,
-    margin: int = 5,
-) -> dict:
-    """Score located change points: TCPD F1 and covering, and the location error.
-
-    The same F1 and covering as :func:`evaluate_detector`, of the ``change_at`` positions
-    instead of the alarm positions, plus ``mean_abs_error``: the mean over located points of
-    the distance to the nearest true (merged) change point (None without annotations).
-
-    Examples
-    --------
-    >>> r = evaluate_locations([49, 152], {"a": [50], "b": [48, 150]}, n=200)
-    >>> round(r["f1"], 4), r["mean_abs_error"], r["errors"]
-    (1.0, 1.5, [1, 2])
-    """
-    n = int(n)
-    points = sorted({int(c) for c in located})
-    det = evaluate_detector(points, annotations, n, margin=margin)
-    out: dict[str, Any] = {
-        "located": points,
-        "n_located": len(points),
-        "f1": det["f1"],
-        "precision": det["precision"],
-        "recall": det["recall"],
-        "covering": det["covering"],
-        "mean_abs_error": None,
-        "errors": None,
-    }
-    truth = det["change_points"]
-    if annotations is not None and truth:
-        errors = [min(abs(p - c) for c in truth) for p in points]
-        out["errors"] = errors
-        out["mean_abs_error"] = sum(errors) / len(errors) if errors else None
-    return out
-
-
-def _located_positions(outputs: list[dict], positions: list[int | None]) -> tuple[list, int]:
-    """The positions of the outputs' ``change_at`` values, and how many could not be mapped."""
-    det_pos = [p for p, o in zip(positions, outputs, strict=True) if "alarm" in o]
-    located, unmatched = [], 0
-    for o in outputs:
-        j = o.get("change_at")
-        if not o.get("alarm") or not isinstance(j, numbers.Integral) or isinstance(j, bool):
-            continue
-        p = det_pos[j] if 0 <= j < len(det_pos) else None
-        if p is None:
-            unmatched += 1
-        else:
-            located.append(p)
-    return sorted(set(located)), unmatched
 
 
 class _KeyTrace:
@@ -531,7 +384,7 @@ class EvaluationSink(Sink):
                 det["annotated"] = ann is not None
                 entry["alarms"] = alarms
                 if any("change_at" in o for o in trace.outputs):
-                    located, lost = _located_positions(trace.outputs, positions)
+                    located, lost = located_positions(trace.outputs, positions)
                     det["location"] = evaluate_locations(located, ann, n, margin=self.margin)
                     if lost:
                         det["location"]["unmatched_locations"] = lost
@@ -541,7 +394,7 @@ class EvaluationSink(Sink):
                 data["alarms"] = alarms
             learner_outputs = [o for o in trace.outputs if any(f.startswith("y_pred") for f in o)]
             if learner_outputs:
-                entry["learner"] = _learner_metrics([learner_outputs])
+                entry["learner"] = learner_metrics([learner_outputs])
                 pooled_learner.append((key, learner_outputs))
             keys[key_text(key)] = entry
             plot_data[key] = data
@@ -549,9 +402,9 @@ class EvaluationSink(Sink):
 
         aggregate: dict[str, Any] = {"n_keys": len(keys), "n_records": total_records}
         if det_reports:
-            aggregate["detector"] = _pool_detectors(det_reports)
+            aggregate["detector"] = pool_detectors(det_reports)
         if pooled_learner:
-            aggregate["learner"] = _learner_metrics([outs for _, outs in pooled_learner])
+            aggregate["learner"] = learner_metrics([outs for _, outs in pooled_learner])
         operator = self.operator
         if operator is not None and not isinstance(operator, str):
             operator = repr(operator)
@@ -587,9 +440,9 @@ class EvaluationSink(Sink):
         errors = []
         data = list(self._plot_data.items())
         for fname, draw in (
-            ("series.png", _plot_series),
-            ("statistic.png", _plot_statistic),
-            ("accuracy.png", _plot_accuracy),
+            ("series.png", plot_series),
+            ("statistic.png", plot_statistic),
+            ("accuracy.png", plot_accuracy),
         ):
             try:
                 fig = draw(data, self.max_panels, self.name)
@@ -630,11 +483,6 @@ def _hashable(x: Any) -> Any:
     return tuple(_hashable(v) for v in x) if isinstance(x, list) else x
 
 
-def _mean(xs: Sequence[float | None]) -> float | None:
-    vals = [x for x in xs if x is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
 def _headline(aggregate: dict) -> dict:
     """The flat ``summary`` block: the aggregate numbers a console line or a table needs."""
     out: dict[str, Any] = {"records": aggregate["n_records"], "keys": aggregate["n_keys"]}
@@ -668,315 +516,3 @@ def _headline(aggregate: dict) -> dict:
             average_accuracy=main.get("average_accuracy"),
         )
     return out
-
-
-def _pool_detectors(reports: list[dict]) -> dict:
-    annotated = [r for r in reports if r["annotated"]]
-    dets = [r["detection"] for r in reports if r["detection"] is not None]
-    delays = [d for s in dets for d in s["delays"] if d is not None]
-    false_alarms = sum(s["n_false_alarms"] for s in dets)
-    no_change = sum(s["no_change_samples"] for s in dets)
-    located = [r["location"] for r in reports if r.get("location") is not None]
-    location = None
-    if located:
-        ann_loc = [r["location"] for r in annotated if r.get("location") is not None]
-        errors = [e for r in located for e in (r["errors"] or [])]
-        location = {
-            "n_located": sum(r["n_located"] for r in located),
-            "f1": _mean([r["f1"] for r in ann_loc]),
-            "precision": _mean([r["precision"] for r in ann_loc]),
-            "recall": _mean([r["recall"] for r in ann_loc]),
-            "covering": _mean([r["covering"] for r in ann_loc]),
-            "mean_abs_error": sum(errors) / len(errors) if errors else None,
-        }
-    return {
-        "location": location,
-        "n_series": len(reports),
-        "n_annotated": len(annotated),
-        "alarms": sum(r["n_alarms"] for r in reports),
-        "f1": _mean([r["f1"] for r in annotated]),
-        "precision": _mean([r["precision"] for r in annotated]),
-        "recall": _mean([r["recall"] for r in annotated]),
-        "covering": _mean([r["covering"] for r in annotated]),
-        "detection": {
-            "n_changes": sum(len(s["change_points"]) for s in dets),
-            "n_detected": sum(s["n_detected"] for s in dets),
-            "n_missed": sum(s["n_missed"] for s in dets),
-            "n_false_alarms": false_alarms,
-            "mean_delay": sum(delays) / len(delays) if delays else None,
-            "delays": delays,
-            "no_change_samples": no_change,
-            "average_run_length": no_change / false_alarms if false_alarms else math.inf,
-        },
-    }
-
-
-def _learner_metrics(groups: list[list[dict]]) -> dict:
-    """Learner scores over groups of outputs (one group per key, each in arrival order)."""
-    outputs = [o for g in groups for o in g]
-    fields = sorted(
-        {f for o in outputs for f in o if f.startswith("y_pred")}, key=lambda f: (f != "y_pred", f)
-    )
-    labelled = [o for o in outputs if o.get("y") is not None]
-    result: dict[str, Any] = {"n_predictions": len(outputs), "n_labelled": len(labelled)}
-    has_tasks = any(o.get("task") is not None for o in outputs)
-    for field in fields:
-        pairs = [o for o in labelled if o.get(field) is not None]
-        metrics: dict[str, Any] = {"n": len(pairs), "accuracy": None}
-        if pairs:
-            curve = prequential_accuracy([o["y"] for o in pairs], [o[field] for o in pairs])
-            metrics["accuracy"] = float(curve[-1])
-        if has_tasks:
-            renamed = [[{**o, "y_pred": o.get(field)} for o in g] for g in groups]
-            triples = [t for g in renamed for t in evaluation_triples(g)]
-            by_task: dict[str, list[int]] = {}
-            for _, task, correct in triples:
-                hits = by_task.setdefault(key_text(task), [0, 0])
-                hits[0] += correct
-                hits[1] += 1
-            metrics["accuracy_by_task"] = {t: h / c for t, (h, c) in by_task.items()}
-            m = accuracy_matrix(triples)
-            metrics["accuracy_matrix"] = {
-                "tasks": [key_text(t) for t in m.tasks],
-                "R": m.R,
-                "counts": m.counts,
-            }
-            metrics["forgetting"] = forgetting(m.R)
-            metrics["average_accuracy"] = average_accuracy(m.R)
-        result[field] = metrics
-    return result
-
-
-# ---- drawing (matplotlib's object API with the Agg canvas: no pyplot, no display) -----
-
-
-def _figure(rows: int, title: str) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 1.2 + 2.2 * rows), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, 1, squeeze=False)[:, 0]
-    fig.suptitle(title)
-    return fig, axes
-
-
-class _XAxis:
-    """Positions in a key's series, drawn as time when its inputs' ``ts`` are dates.
-
-    With epoch-second ``ts`` in order (:func:`shiftwatch.sinks.time_axis.time_axis_ts`) a
-    position ``p`` is drawn at the time of the key's ``p``-th input, with a date axis in UTC;
-    otherwise at ``p``, labelled as a position.
-    """
-
-    def __init__(self, trace: _KeyTrace):
-        from shiftwatch.sinks.time_axis import time_axis_ts
-
-        ts = time_axis_ts(trace.input_ts) if trace.input_ts else None
-        self._days = None
-        if ts is not None:
-            from matplotlib import dates as mdates
-
-            micros = np.round(np.asarray(ts) * 1e6).astype("int64").astype("datetime64[us]")
-            self._days = np.asarray(mdates.date2num(micros), dtype=float)
-        self.label = "time (UTC)" if self._days is not None else "position in series"
-
-    @property
-    def is_time(self) -> bool:
-        return self._days is not None
-
-    def __call__(self, positions: Any) -> np.ndarray:
-        pos = np.asarray(positions, dtype=float)
-        if self._days is None:
-            return pos
-        out = np.full(pos.shape, np.nan)
-        ok = np.isfinite(pos)
-        idx = np.clip(np.round(pos[ok]).astype(int), 0, len(self._days) - 1)
-        out[ok] = self._days[idx]
-        return out
-
-    def style(self, ax: Any, n: int) -> None:
-        """Label the axis and set its range over the ``n`` positions of the series."""
-        if self._days is not None:
-            from matplotlib import dates as mdates
-
-            locator = mdates.AutoDateLocator(tz="UTC")
-            ax.xaxis.set_major_locator(locator)
-            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz="UTC"))
-            lo, hi = self([0, max(n - 1, 0)])
-            if hi > lo:
-                ax.set_xlim(lo, hi)
-        else:
-            ax.set_xlim(0, max(n - 1, 1))
-
-
-def _truth_lines(ax: Any, ann: Any, x: Any = None) -> None:
-    if ann is None:
-        return
-    sets = ann.values() if isinstance(ann, Mapping) else [ann]
-    points = sorted({int(c) for s in sets for c in s if int(c) > 0})
-    for i, c in enumerate(x(points) if x is not None else points):
-        ax.axvline(
-            c, color="0.35", linestyle="--", linewidth=1, label="true change" if i == 0 else None
-        )
-
-
-def _alarm_lines(ax: Any, alarms: Sequence[int], x: Any = None) -> None:
-    alarms = list(alarms[:500])
-    for i, a in enumerate(x(alarms) if x is not None and alarms else alarms):
-        ax.axvline(a, color="tab:red", alpha=0.6, linewidth=1, label="alarm" if i == 0 else None)
-
-
-def _located_marks(ax: Any, located: Sequence[int], x: Any = None) -> None:
-    located = list(located[:500])
-    for i, c in enumerate(x(located) if x is not None and located else located):
-        ax.axvline(c, color="tab:green", linestyle=":", linewidth=1.4,
-                   label="located change" if i == 0 else None)
-
-
-def _key_title(key: Any) -> str:
-    return "unkeyed stream" if key is None else f"key {key_text(key)}"
-
-
-def _panel_title(fig: Any, name: str, what: str, shown: int, total: int) -> None:
-    extra = f" (first {shown} of {total} keys)" if total > shown else ""
-    fig.suptitle(f"{name}: {what}{extra}")
-
-
-def _plot_series(data: list, max_panels: int, name: str) -> Any:
-    with_inputs = [(k, d) for k, d in data if d["trace"].input_offsets]
-    if not with_inputs:
-        return None
-    shown = with_inputs[:max_panels]
-    fig, axes = _figure(len(shown), name)
-    _panel_title(fig, name, "series", len(shown), len(with_inputs))
-    for ax, (key, d) in zip(axes, shown, strict=True):
-        trace = d["trace"]
-        width = max(len(v) for v in trace.values)
-        values = np.array([v + (math.nan,) * (width - len(v)) for v in trace.values])
-        to_x = _XAxis(trace)
-        x = to_x(np.arange(len(values)))
-        labels = trace.value_labels()
-        for j in range(values.shape[1]):
-            ax.plot(x, values[:, j], linewidth=0.8, label=labels[j] if j < len(labels) else None)
-        _truth_lines(ax, d["annotations"], to_x)
-        _alarm_lines(ax, d.get("alarms", []), to_x)
-        _located_marks(ax, d.get("located", []), to_x)
-        ax.set_title(_key_title(key), fontsize=9, loc="left")
-        to_x.style(ax, len(values))
-        ax.set_xlabel(to_x.label)
-        ax.set_ylabel("value")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)  # beside the data
-    return fig
-
-
-def _field_array(outputs: list[dict], field: str) -> np.ndarray:
-    out = np.full(len(outputs), np.nan)
-    for i, o in enumerate(outputs):
-        v = o.get(field)
-        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
-            out[i] = float(v)
-    return out
-
-
-def _plot_statistic(data: list, max_panels: int, name: str) -> Any:
-    panels = []
-    for key, d in data:
-        outs = d["trace"].outputs
-        if not any("alarm" in o for o in outs):
-            continue
-        fields = {f: _field_array(outs, f) for f in ("statistic", "threshold", "lower", "upper")}
-        if any(np.isfinite(a).any() for a in fields.values()):
-            panels.append((key, d, fields))
-    if not panels:
-        return None
-    shown = panels[:max_panels]
-    fig, axes = _figure(len(shown), name)
-    _panel_title(fig, name, "detector statistic", len(shown), len(panels))
-    for ax, (key, d, fields) in zip(axes, shown, strict=True):
-        pos = np.array([np.nan if p is None else p for p in d["positions"]], dtype=float)
-        order = np.argsort(pos, kind="stable")
-        to_x = _XAxis(d["trace"])
-        pos = to_x(pos[order])
-        f = {k: v[order] for k, v in fields.items()}
-        if np.isfinite(f["lower"]).any() or np.isfinite(f["upper"]).any():
-            ax.fill_between(
-                pos, f["lower"], f["upper"], color="tab:blue", alpha=0.2, label="interval"
-            )
-        if np.isfinite(f["statistic"]).any():
-            ax.plot(pos, f["statistic"], linewidth=0.8, color="tab:blue", label="statistic")
-        if np.isfinite(f["threshold"]).any():
-            ax.plot(
-                pos,
-                f["threshold"],
-                linewidth=1,
-                linestyle=":",
-                color="tab:orange",
-                label="threshold",
-            )
-        _truth_lines(ax, d["annotations"], to_x)
-        _alarm_lines(ax, d.get("alarms", []), to_x)
-        _located_marks(ax, d.get("located", []), to_x)
-        ax.set_title(_key_title(key), fontsize=9, loc="left")
-        if to_x.is_time:
-            to_x.style(ax, d["n"])
-        ax.set_xlabel(to_x.label)
-        ax.set_ylabel("statistic")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)  # beside the data
-    return fig
-
-
-def _plot_accuracy(data: list, max_panels: int, name: str) -> Any:
-    outputs = [
-        o
-        for _, d in data
-        for o in d["trace"].outputs
-        if o.get("y") is not None and any(f.startswith("y_pred") for f in o)
-    ]
-    if not outputs:
-        return None
-    outputs.sort(key=lambda o: o["_seq"])
-    fields = sorted(
-        {f for o in outputs for f in o if f.startswith("y_pred")}, key=lambda f: (f != "y_pred", f)
-    )
-    tasks = [o.get("task") for o in outputs]
-    has_tasks = any(t is not None for t in tasks)
-    fig, axes = _figure(2 if has_tasks else 1, name)
-    fig.suptitle(f"{name}: prequential accuracy")
-    n = len(outputs)
-    window = max(10, min(500, n // 20))
-    ax = axes[0]
-    for field in fields:
-        idx = [i for i, o in enumerate(outputs) if o.get(field) is not None]
-        if not idx:
-            continue
-        curve = prequential_accuracy(
-            [outputs[i]["y"] for i in idx], [outputs[i][field] for i in idx], window=window
-        )
-        ax.plot(idx, curve, linewidth=0.9, label=f"{field} (window {window})")
-    boundaries = [i for i in range(1, n) if tasks[i] != tasks[i - 1]]
-    for b in boundaries[:200]:
-        for a in axes:
-            a.axvline(b, color="0.6", linestyle=":", linewidth=0.8)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_ylabel("accuracy")
-    ax.legend(loc="lower right", fontsize=7)
-    if has_tasks:
-        ax2 = axes[1]
-        field = fields[0]
-        seen: dict[Any, list[int]] = {}
-        for i, o in enumerate(outputs):
-            if o.get("task") is not None and o.get(field) is not None:
-                seen.setdefault(_hashable(o["task"]), []).append(i)
-        for task, idx in list(seen.items())[:20]:
-            curve = prequential_accuracy(
-                [outputs[i]["y"] for i in idx], [outputs[i][field] for i in idx]
-            )
-            ax2.plot(
-                idx, curve, linewidth=0.9, marker=".", markersize=2, label=f"task {key_text(task)}"
-            )
-        ax2.set_ylim(-0.02, 1.02)
-        ax2.set_ylabel(f"cumulative accuracy per task ({field})")
-        ax2.legend(loc="lower right", fontsize=7, ncol=2)
-    axes[-1].set_xlabel("labelled prediction")
-    return fig

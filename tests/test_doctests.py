@@ -22,7 +22,7 @@ def module_names() -> list[str]:
     for package in PACKAGES:
         names.append(package)
         path = importlib.util.find_spec(package).submodule_search_locations
-        names += [f"{package}.{m.name}" for m in pkgutil.iter_modules(path)]
+        names += [m.name for m in pkgutil.walk_packages(path, prefix=f"{package}.")]
     return names
 
 

@@ -13,11 +13,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["operators", "streams", "sinks", "deploy"]
+#: The family subpackages of operators/ and deploy/ (each with a public __init__).
+SUBPACKAGES = ["operators.confseq", "operators.riemannian", "operators.river", "operators.learners",
+               "deploy.kafka", "deploy.demos"]
 HEAVY = {"numba", "torch", "matplotlib", "kafka"}
 GROUND_FLOOR = ["records", "state_codec", "contract", "registry", "keyed", "with_input"]
+#: One folder per operator family; a family imports the ground floor, never another family.
+FAMILIES = ["confseq", "riemannian", "river", "learners"]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", PACKAGES + SUBPACKAGES)
 def test_every_all_entry_imports(package):
     mod = importlib.import_module(f"shiftwatch.{package}")
     assert mod.__all__, f"{package} has an empty __all__"
@@ -38,7 +43,7 @@ _LOADED = ("import json, sys; print(json.dumps(sorted({m.split('.')[0] for m in 
            f" & set({sorted(HEAVY)!r}))))")
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", PACKAGES + SUBPACKAGES)
 def test_importing_a_package_loads_no_heavy_library(package):
     assert _run(f"import shiftwatch.{package}; " + _LOADED) == []
 
@@ -50,7 +55,10 @@ def _imports(path: Path, module_level_only: bool = False) -> set[str]:
     inside module-level ``if``/``try`` blocks are kept).
     """
     tree = ast.parse(path.read_text())
-    pkg = f"shiftwatch.{path.parent.name}"
+    try:
+        pkg = ".".join(["shiftwatch", *path.parent.relative_to(ROOT).parts])
+    except ValueError:  # a file outside the repository (the self-test below)
+        pkg = f"shiftwatch.{path.parent.name}"
     if module_level_only:
         todo, nodes = list(tree.body), []
         while todo:
@@ -77,9 +85,15 @@ def _imports(path: Path, module_level_only: bool = False) -> set[str]:
 
 
 def _modules(package: str) -> list[Path]:
-    paths = sorted((ROOT / package).glob("*.py"))
+    """Every module of ``package`` (a folder path such as ``operators/confseq``), subfolders
+    included."""
+    paths = sorted((ROOT / package).rglob("*.py"))
     assert paths
     return paths
+
+
+def _ground_floor_modules() -> list[Path]:
+    return sorted((ROOT / "operators").glob("*.py"))
 
 
 def _shiftwatch_package(name: str) -> str | None:
@@ -100,7 +114,8 @@ def test_ground_floor_imports_no_package_above_and_nothing_heavy(module):
     assert not {n.split(".")[0] for n in top} & HEAVY, f"{module} imports {top & HEAVY}"
 
 
-@pytest.mark.parametrize("path", _modules("operators"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _modules("operators"),
+                         ids=lambda p: str(p.relative_to(ROOT / "operators")))
 def test_operators_never_import_streams_sinks_or_deploy(path):
     bad = {n for n in _imports(path) if n.split(".")[:2] in (
         ["shiftwatch", "streams"], ["shiftwatch", "sinks"], ["shiftwatch", "deploy"])}
@@ -117,9 +132,9 @@ TOP_LEVEL_HELPERS = {"shiftwatch._lazy"}
 
 
 @pytest.mark.parametrize("path", _modules("streams") + _modules("sinks"),
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_streams_and_sinks_import_only_records_from_below(path):
-    own = path.parent.name
+    own = path.relative_to(ROOT).parts[0]
     foreign = {n for n in _imports(path) if n.startswith("shiftwatch")
                and _shiftwatch_package(n) not in (own, None)}
     # `from shiftwatch.operators.records import X` also yields ...records.X: drop those.
@@ -146,6 +161,83 @@ def test_the_top_level_helpers_import_only_the_standard_library():
         path = ROOT / "shiftwatch" / f"{module.rsplit('.', 1)[1]}.py"
         names = {n.split(".")[0] for n in _imports(path)}
         assert not names & {"shiftwatch", "numpy", *HEAVY}, f"{module} imports {names}"
+
+
+def _family_of(name: str) -> str | None:
+    """The operator family a dotted module name belongs to (None for the ground floor)."""
+    parts = name.split(".")
+    if parts[:2] == ["shiftwatch", "operators"] and len(parts) > 2 and parts[2] in FAMILIES:
+        return parts[2]
+    return None
+
+
+@pytest.mark.parametrize("path", _ground_floor_modules(), ids=lambda p: p.name)
+def test_the_ground_floor_imports_no_family(path):
+    families = {n for n in _imports(path) if _family_of(n)}
+    assert not families, f"operators/{path.name} imports {families}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_imports_the_ground_floor_and_no_other_family(family):
+    for path in _modules(f"operators/{family}"):
+        others = {n for n in _imports(path) if _family_of(n) not in (None, family)}
+        assert not others, f"{path.relative_to(ROOT)} imports {others}"
+
+
+def test_the_kafka_runtime_is_imported_only_by_deploy():
+    offenders = []
+    for package in ("operators", "streams", "sinks"):
+        for path in _modules(package):
+            found = {n for n in _imports(path) if n.startswith("shiftwatch.deploy")}
+            if found:
+                offenders.append(f"{path.relative_to(ROOT)} imports {found}")
+    assert not offenders, offenders
+
+
+def test_the_demos_are_imported_only_by_the_cli():
+    for path in _modules("deploy") + _modules("operators") + _modules("streams") + \
+            _modules("sinks"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[:2] == ("deploy", "demos") or rel == Path("deploy/cli.py"):
+            continue
+        found = {n for n in _imports(path) if n.startswith("shiftwatch.deploy.demos")}
+        assert not found, f"{rel} imports {found}"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the shiftwatch modules it imports (module level and inside functions)."""
+    graph = {}
+    for package in PACKAGES:
+        for path in _modules(package):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join(["shiftwatch", *parts])
+            graph[name] = {n for n in _imports(path) if n.startswith("shiftwatch.")}
+    # an imported name that is not a module (``from pkg.mod import Class``) is dropped
+    return {m: {n for n in deps if n in graph and n != m} for m, deps in graph.items()}
+
+
+def test_no_import_circles_between_modules():
+    graph = _import_graph()
+    # Packages' __init__ re-export lazily (strings, no imports): they are not edges.
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append(stack[stack.index(n):] + [n] if n in stack else [m, n])
+            elif n not in state:
+                visit(n, stack + [n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
 
 
 def test_the_layering_check_sees_imports_inside_functions(tmp_path):

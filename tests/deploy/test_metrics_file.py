@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from shiftwatch.deploy.executor import RunSummary
-from shiftwatch.deploy.kafka_stage import _metrics_file_fields
+from shiftwatch.deploy.kafka.stage import _metrics_file_fields
 
 #: The fields of the metrics file before the runners shared one summary type.
 FIELDS_BEFORE = {"stage", "records_in", "records_out", "dead_letters", "duplicates_dropped",

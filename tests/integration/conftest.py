@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from shiftwatch.deploy.broker import BrokerError, start_broker, stop_broker
+from shiftwatch.deploy.kafka.broker import BrokerError, start_broker, stop_broker
 
 
 def pytest_collection_modifyitems(config, items):

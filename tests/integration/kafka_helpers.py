@@ -13,7 +13,7 @@ import numpy as np
 import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from shiftwatch.deploy.kafka_changelog import checkpoints_in
+from shiftwatch.deploy.kafka.changelog import checkpoints_in
 from shiftwatch.deploy.local import Pipeline
 from shiftwatch.operators import create
 from shiftwatch.operators.state_codec import dumps_state, loads_state

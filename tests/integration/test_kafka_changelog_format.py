@@ -18,8 +18,8 @@ from kafka_helpers import (
     write_pipeline,
 )
 
-from shiftwatch.deploy.kafka_changelog import LEGACY, encode_entry, encode_marker, restore
-from shiftwatch.deploy.kafka_stage import run_pipeline
+from shiftwatch.deploy.kafka.changelog import LEGACY, encode_entry, encode_marker, restore
+from shiftwatch.deploy.kafka.stage import run_pipeline
 from shiftwatch.deploy.pipeline import load_pipeline
 from shiftwatch.operators.state_codec import dumps_state, loads_state
 

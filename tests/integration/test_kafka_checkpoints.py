@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from collections import namedtuple
 
-from shiftwatch.deploy.kafka_changelog import decode_group, decode_message, restore
-from shiftwatch.deploy.kafka_stage import StageRunner
+from shiftwatch.deploy.kafka.changelog import decode_group, decode_message, restore
+from shiftwatch.deploy.kafka.stage import StageRunner
 from shiftwatch.deploy.pipeline import parse_pipeline
 from shiftwatch.operators.state_codec import dumps_state
 
@@ -339,7 +339,7 @@ def test_format1_changelog_is_restored_then_migrated_to_groups():
     """A changelog of per-key entries (what releases up to 0.1 wrote) restores; the first
     checkpoint after it writes every key into its group entry, even unchanged ones, and only
     once its marker is written are the per-key entries deleted."""
-    from shiftwatch.deploy.kafka_changelog import LEGACY, encode_entry, encode_marker
+    from shiftwatch.deploy.kafka.changelog import LEGACY, encode_entry, encode_marker
 
     runner = _runner()
     task = runner._new_task(0)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from kafka_helpers import ROOT, read_topic, unique
 
-from shiftwatch.deploy.broker import free_port
 from shiftwatch.deploy.cli import main
-from shiftwatch.deploy.demo_kafka import SHIFTS, sensor_rows, write_sensor_csv
+from shiftwatch.deploy.demos.kafka import SHIFTS, sensor_rows, write_sensor_csv
+from shiftwatch.deploy.kafka.broker import free_port
 from shiftwatch.streams import open_source
 
 

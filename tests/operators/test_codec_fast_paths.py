@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
-from shiftwatch.deploy.kafka_checkpoint import state_bytes
+from shiftwatch.deploy.kafka.checkpoint import state_bytes
 from shiftwatch.operators.codec import (
     _ENCODER,
     decode_record,

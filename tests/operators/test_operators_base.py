@@ -210,7 +210,7 @@ def test_every_public_name_of_the_operator_modules_imports():
                    "shiftwatch.operators.keyed", "shiftwatch.operators.with_input",
                    "shiftwatch.operators.source_info",
                    "shiftwatch.operators.object_state",
-                   "shiftwatch.operators.river_adapter", "shiftwatch.operators.checks"]:
+                   "shiftwatch.operators.river.adapter", "shiftwatch.operators.checks"]:
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert hasattr(mod, name), f"{module}.{name}"

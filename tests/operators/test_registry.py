@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from shiftwatch.operators import registry
-from shiftwatch.operators.source_info import class_info_from_source, river_operator_infos
+from shiftwatch.operators.river.source_info import river_operator_infos
+from shiftwatch.operators.source_info import class_info_from_source
 
 HEAVY = ("numba", "torch", "matplotlib", "kafka")
 
@@ -52,7 +53,7 @@ def test_info_read_from_source_equals_the_imported_class(name):
 
 
 def test_river_infos_read_from_source_equal_the_adapter():
-    from shiftwatch.operators.river_adapter import river_detector_names
+    from shiftwatch.operators.river.adapter import river_detector_names
 
     from_source = river_operator_infos()
     assert from_source is not None

@@ -258,7 +258,7 @@ def test_located_changes_are_scored_next_to_alarms(tmp_path):
 
 def test_location_error_and_unmatched_locations(tmp_path):
     from shiftwatch.sinks.evaluation import EvaluationSink as Sink
-    from shiftwatch.sinks.evaluation import evaluate_locations
+    from shiftwatch.sinks.scoring import evaluate_locations
 
     r = evaluate_locations([40, 300], {"a": [50, 310]}, n=400)
     assert r["errors"] == [10, 10] and r["mean_abs_error"] == 10.0 and r["f1"] < 1.0
@@ -280,7 +280,12 @@ def test_location_error_and_unmatched_locations(tmp_path):
 
 def _plots_of(tmp_path, ts_of):
     """series.png and statistic.png figures of a one-key run whose input i has ts_of(i)."""
-    from shiftwatch.sinks.evaluation import _plot_series, _plot_statistic
+    from shiftwatch.sinks.plots import (
+        plot_series as _plot_series,
+    )
+    from shiftwatch.sinks.plots import (
+        plot_statistic as _plot_statistic,
+    )
 
     sink = EvaluationSink(tmp_path / "ev", annotations=[50], plots=False, html=False)
     rng = np.random.default_rng(0)

@@ -1,0 +1,432 @@
+"""Checkpointing a Kafka stage's partitions: changelog entries, markers, offset commits.
+
+:class:`Checkpointer` owns everything between "the state of partition P reflects the input
+below offset O" and "a restart resumes from O with that state" (format in
+:mod:`shiftwatch.deploy.kafka.changelog`):
+
+* ``at-least-once``: a checkpoint snapshots the changed keys and sends their group entry at once,
+  without waiting; its marker is sent only once every output, dead letter and entry sent
+  before the snapshot is acknowledged (checked between batches, so the stage never stalls on
+  a flush), and the offset is committed once the marker is acknowledged. Up to three
+  checkpoints per partition are in flight (a fourth first waits for the oldest). On revoke
+  and shutdown the checkpoint is synchronous (flush, marker, flush, commit).
+* ``exactly-once``: outputs, dead letters, changelog entries, the markers and the consumed
+  offsets go into one transaction committed at each checkpoint.
+
+:class:`PartitionTask` is one assigned input partition: its
+:class:`~shiftwatch.deploy.executor.StageExecutor` (operators and de-duplication state) and
+its checkpoint bookkeeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shiftwatch.deploy.executor import RunSummary, StageExecutor
+from shiftwatch.deploy.kafka.changelog import Group, Restored, encode_group, encode_marker
+from shiftwatch.operators.keyed import Keyed
+from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
+
+try:
+    from orjson import dumps as _fast_dumps
+except ImportError:  # pragma: no cover - orjson is a dependency
+    _fast_dumps = None
+
+__all__ = ["Checkpointer", "PartitionTask"]
+
+log = logging.getLogger("shiftwatch.kafka")
+
+SEND_TIMEOUT_S = 120.0  # a blocking checkpoint waits this long for an acknowledgement
+# At-least-once checkpoints of one partition in flight (group sent, marker not yet
+# acknowledged).
+_IN_FLIGHT = 3
+
+
+@dataclass
+class _Pending:
+    """A checkpoint whose group entry is sent and whose marker is not acknowledged yet."""
+
+    id: int
+    offset: int
+    marker: tuple[bytes, bytes]
+    futures: list                       # outputs, dead letters, entries sent before it
+    written: list[tuple[int, str]]      # the (op, key) states in its group entry
+    keys: list[bytes] = field(default_factory=list)  # the group entry's message keys
+    done: int = 0                       # futures[:done] are acknowledged
+    marker_future: Any = None
+
+
+@dataclass
+class PartitionTask:
+    """One assigned input partition: its executor and its checkpoint bookkeeping."""
+
+    partition: int
+    executor: StageExecutor
+    next_offset: int | None = None       # next input offset the state has not seen
+    checkpoint_id: int = 0               # id of the last checkpoint snapshot
+    checkpointed_offset: int | None = None
+    since_checkpoint: int = 0
+    dirty: list[set] = field(default_factory=list)   # per operator: keys changed since
+    # (op, key) -> id of the committed group holding its newest committed state
+    owners: dict[tuple[int, str], int] = field(default_factory=dict)
+    groups: dict[int, Group] = field(default_factory=dict)  # committed groups with live keys
+    shrunk: set[int] = field(default_factory=set)    # groups whose live keys to write again
+    junk: list[bytes] = field(default_factory=list)  # entries of an unfinished checkpoint
+    dead: list[bytes] = field(default_factory=list)  # entries of groups with no live key
+    futures: list = field(default_factory=list)      # sends since the last snapshot
+    pendings: deque[_Pending] = field(default_factory=deque)  # oldest first
+
+
+def state_bytes(state: Any) -> bytes:
+    """``state`` as changelog bytes: :func:`~shiftwatch.operators.state_codec.encode_state`
+    written by orjson (several times faster than
+    ``json.dumps``), read back by :func:`~shiftwatch.operators.state_codec.loads_state` (any
+    JSON parser gives the same values: floats are written shortest-exact). Falls back to
+    :func:`~shiftwatch.operators.state_codec.dumps_state` for what orjson refuses (integers
+    beyond 64 bits, lone surrogates).
+
+    >>> import numpy as np
+    >>> s = {"n": 3, "x": np.array([0.1, 1e-300]), "t": (1.5, None)}
+    >>> back = loads_state(state_bytes(s))
+    >>> back["n"], back["x"].tolist(), back["t"]
+    (3, [0.1, 1e-300], (1.5, None))
+    """
+    return _encoded_bytes(encode_state(state), lambda: state)
+
+
+def key_state_bytes(kop: Any) -> bytes:
+    """A key's changelog bytes: ``state_bytes(kop.state_dict())``, or the same state from
+    ``kop.encoded_state()`` when the key has it (a fleet's slot: parts encoded once)."""
+    encoded = getattr(kop, "encoded_state", None)
+    if encoded is None:
+        return state_bytes(kop.state_dict())
+    return _encoded_bytes(encoded(), kop.state_dict)
+
+
+def _encoded_bytes(enc: Any, state: Callable[[], Any]) -> bytes:
+    # orjson on the encoded state; dumps_state(state()) for what orjson refuses
+    if _fast_dumps is not None:
+        try:
+            return _fast_dumps(enc)
+        except TypeError:  # orjson.JSONEncodeError: an int over 64 bits, a lone surrogate
+            pass
+    return dumps_state(state())
+
+
+class Checkpointer:
+    """Writes the checkpoints of a stage's partitions and commits their offsets.
+
+    Parameters
+    ----------
+    topic
+        The stage's input topic (whose offsets are committed).
+    changelog
+        The changelog topic (co-partitioned with the input).
+    settings
+        The stage's ``checkpoint`` section (``every_records``, ``every_seconds``,
+        ``chunk_bytes``).
+    eos
+        Exactly-once: one transaction per checkpoint.
+    tasks
+        The runner's live ``partition -> PartitionTask`` map (shared, not copied).
+    summary
+        Counters: ``checkpoints``, ``last_checkpoint_unix``, ``last_checkpoint_offsets``.
+    stage_name
+        For log lines.
+
+    The producer and consumer are set by the runner (:attr:`producer`, :attr:`consumer`)
+    once its clients exist.
+    """
+
+    def __init__(self, topic: str, changelog: str, settings: dict, eos: bool,
+                 tasks: dict[int, PartitionTask], summary: RunSummary, stage_name: str):
+        self.topic = topic
+        self.changelog = changelog
+        self.settings = settings
+        self.eos = eos
+        self.tasks = tasks
+        self.summary = summary
+        self.stage_name = stage_name
+        self.producer: Any = None
+        self.consumer: Any = None
+        self.in_txn = False
+        self.metrics: Any = None  # told how long each checkpoint write took (optional)
+        self._last_checkpoint_time = time.monotonic()
+
+    def begin(self) -> None:
+        """Open a transaction if none is open (exactly-once, before a batch's sends)."""
+        if self.eos and not self.in_txn:
+            self.producer.begin_transaction()
+            self.in_txn = True
+
+    def track(self, task: PartitionTask, future: Any) -> None:
+        """Remember a send the next checkpoint's marker must wait for (at-least-once)."""
+        task.futures.append(future)
+        if len(task.futures) > 20_000:  # long intervals: keep what is unacknowledged or failed
+            task.futures = [f for f in task.futures if not f.is_done or f.failed()]
+
+    def after_batch(self) -> None:
+        """Between batches: move pending checkpoints on (never waits), checkpoint what is
+        due."""
+        if not self.eos:
+            for task in self.tasks.values():
+                if task.pendings:
+                    self.advance(task)
+        self.maybe_checkpoint()
+
+    def maybe_checkpoint(self) -> None:
+        cp = self.settings
+        timed = time.monotonic() - self._last_checkpoint_time >= cp["every_seconds"]
+        due = [p for p, t in self.tasks.items()
+               if t.since_checkpoint >= cp["every_records"] or (timed and t.since_checkpoint)]
+        if self.eos:
+            if due or (timed and self.in_txn):
+                self.checkpoint(list(self.tasks))  # one transaction covers every partition
+        else:
+            for p in due:
+                t0 = time.monotonic()
+                task = self.tasks[p]
+                if len(task.pendings) >= _IN_FLIGHT:
+                    self.advance(task, until=_IN_FLIGHT - 1)
+                wrote = self._snapshot(task)
+                self.advance(task)
+                if wrote and self.metrics is not None:
+                    self.metrics.checkpoint(time.monotonic() - t0)
+        if timed:
+            self._last_checkpoint_time = time.monotonic()
+
+    def _snapshot(self, task: PartitionTask) -> bool:
+        """Send one group entry with the states of the keys changed since the last checkpoint
+        (and of the live keys of groups that fell below half live, see
+        :mod:`~shiftwatch.deploy.kafka.changelog`), after tombstones of an unfinished
+        checkpoint's entries and of dead groups; queue the marker that commits them on
+        ``task.pendings``. Returns False if there is nothing new to checkpoint. May raise
+        kafka-python errors (``send``)."""
+        if task.next_offset is None or (task.next_offset == task.checkpointed_offset
+                                        and not self.eos):
+            return False
+        assert len(task.pendings) < _IN_FLIGHT
+        topic, p, changelog = self.topic, task.partition, self.changelog
+        send = self.producer.send
+        futures = task.futures
+        for key in (*task.junk, *task.dead):  # junk before a marker could cover its ids
+            futures.append(send(changelog, key=key, value=None, partition=p))
+        task.junk = []
+        task.dead = []
+        task.checkpoint_id += 1
+        cid = task.checkpoint_id
+        ops = task.executor.operators
+        states: list[tuple[int, str, bytes]] = []
+        key_name = Keyed.key_name
+        for i, op in enumerate(ops):
+            existing = op.existing
+            for key in task.dirty[i]:
+                kop = existing(key)
+                if kop is not None:  # None: only bad records, the key was never kept
+                    states.append((i, key_name(key), key_state_bytes(kop)))
+            task.dirty[i] = set()
+        if task.shrunk:
+            seen = {(i, name) for i, name, _ in states}
+            for gid in sorted(task.shrunk):
+                group = task.groups.get(gid)
+                for ref in sorted(group.live) if group is not None else ():
+                    if ref not in seen:
+                        kop = ops[ref[0]].existing(Keyed.key_from_name(ref[1]))
+                        if kop is not None:
+                            states.append((*ref, key_state_bytes(kop)))
+                            seen.add(ref)
+            task.shrunk = set()
+        keys: list[bytes] = []
+        if states:
+            for k, v in encode_group(topic, p, cid, states, self.settings["chunk_bytes"]):
+                futures.append(send(changelog, key=k, value=v, partition=p))
+                keys.append(k)
+        task.pendings.append(_Pending(
+            id=cid, offset=task.next_offset, futures=futures,
+            written=[(i, name) for i, name, _ in states], keys=keys,
+            marker=encode_marker(topic, p, cid, task.next_offset,
+                                 [len(op) for op in ops], task.executor.deduper.state())))
+        task.futures = []
+        task.checkpointed_offset = task.next_offset
+        task.since_checkpoint = 0
+        return True
+
+    @staticmethod
+    def _committed(task: PartitionTask, pend: _Pending) -> None:
+        """Checkpoint ``pend``'s marker is durable: its group now holds the committed state
+        of the keys it wrote; groups left with no live key are queued for deletion, groups
+        below half live for writing their live keys again."""
+        if not pend.written:
+            return
+        owners, groups = task.owners, task.groups
+        touched = set()
+        for ref in pend.written:
+            old = owners.get(ref)
+            if old is not None:
+                group = groups.get(old)
+                if group is not None:
+                    group.live.discard(ref)
+                    touched.add(old)
+            owners[ref] = pend.id
+        groups[pend.id] = Group(size=len(pend.written), live=set(pend.written),
+                                keys=pend.keys)
+        for gid in touched:
+            group = groups[gid]
+            if not group.live:
+                task.dead.extend(groups.pop(gid).keys)
+                task.shrunk.discard(gid)
+            elif group.to_rewrite(gid):
+                task.shrunk.add(gid)
+
+    def advance(self, task: PartitionTask, until: int | None = None) -> None:
+        """Move the pending checkpoints of ``task`` on, oldest first (at-least-once): send a
+        checkpoint's marker once everything sent before its snapshot is acknowledged, commit
+        its offset and make its group hold its keys' committed states once the marker is.
+
+        With ``until=None`` it only looks at what is already acknowledged (called between
+        batches, so processing never waits); otherwise it waits (flushing only if something
+        is still unacknowledged) until at most ``until`` checkpoints are pending. A failed
+        send raises its kafka-python error: the stage stops and a restart resumes from the
+        last marker."""
+        pendings = task.pendings
+        while pendings:
+            block = until is not None and len(pendings) > until
+            pend = pendings[0]
+            if pend.marker_future is None:
+                futs = pend.futures
+                i = pend.done
+                while i < len(futs):
+                    f = futs[i]
+                    if not f.is_done:
+                        if not block:
+                            pend.done = i
+                            return
+                        self.producer.flush()  # send now rather than after linger_ms
+                        f.get(timeout=SEND_TIMEOUT_S)
+                    if f.failed():
+                        raise f.exception
+                    i += 1
+                pend.done = i
+                key, value = pend.marker
+                pend.marker_future = self.producer.send(self.changelog, key=key, value=value,
+                                                         partition=task.partition)
+            if not pend.marker_future.is_done:
+                if not block:
+                    return
+                self.producer.flush()
+                pend.marker_future.get(timeout=SEND_TIMEOUT_S)
+            if pend.marker_future.failed():
+                raise pend.marker_future.exception
+            self._commit_offsets({task.partition: pend.offset}, sync=block)
+            self._committed(task, pend)
+            pendings.popleft()
+
+    def _commit_offsets(self, offsets: dict[int, int], sync: bool = True) -> None:
+        """Commit consumed offsets (what lag monitoring sees; restoring uses the markers, so
+        a lost asynchronous commit only delays the group's view of progress)."""
+        from kafka import OffsetAndMetadata, TopicPartition
+
+        commit = {TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                  for p, o in offsets.items()}
+        if sync:
+            self.consumer.commit(commit)
+        else:
+            self.consumer.commit_async(commit, callback=self._commit_done)
+        self._checkpointed(offsets)
+
+    def _commit_done(self, offsets, result) -> None:
+        if isinstance(result, Exception):
+            log.warning("stage %s: offset commit failed (the next one repeats it): %s",
+                        self.stage_name, result)
+
+    def _checkpointed(self, offsets: dict[int, int]) -> None:
+        self.summary.checkpoints += 1
+        self.summary.last_checkpoint_unix = time.time()
+        self.summary.last_checkpoint_offsets.update({str(p): o for p, o in offsets.items()})
+
+    def checkpoint(self, partitions: list[int]) -> None:
+        """Checkpoint ``partitions`` now and wait until it is committed (revoke, shutdown,
+        and every exactly-once checkpoint: entries, markers and offsets in one transaction).
+
+        May raise kafka-python errors; the previous checkpoint then still holds."""
+        t0 = time.monotonic()
+        tasks = [self.tasks[p] for p in partitions if p in self.tasks]
+        try:
+            self._checkpoint_now(tasks)
+        finally:
+            if tasks and self.metrics is not None:
+                self.metrics.checkpoint(time.monotonic() - t0)
+
+    def _checkpoint_now(self, tasks: list[PartitionTask]) -> None:
+        from kafka import OffsetAndMetadata, TopicPartition
+
+        if not self.eos:
+            for task in tasks:
+                if len(task.pendings) >= _IN_FLIGHT:
+                    self.advance(task, until=_IN_FLIGHT - 1)
+                self._snapshot(task)
+                self.advance(task, until=0)
+                for key in task.dead:  # committed: delete dead groups now, not next time
+                    self.producer.send(self.changelog, key=key, value=None,
+                                       partition=task.partition)
+                task.dead = []
+            done = {t.partition: t.checkpointed_offset for t in tasks
+                    if t.checkpointed_offset is not None}
+            if done:  # synchronously, after any asynchronous commit of older offsets
+                self.consumer.commit({TopicPartition(self.topic, p):
+                                       OffsetAndMetadata(o, "", -1) for p, o in done.items()})
+            return
+        if not self.in_txn:
+            self.producer.begin_transaction()
+            self.in_txn = True
+        done = []
+        for task in tasks:
+            if self._snapshot(task):
+                key, value = task.pendings[-1].marker
+                self.producer.send(self.changelog, key=key, value=value,
+                                    partition=task.partition)
+                done.append(task)
+        offsets = {TopicPartition(self.topic, t.partition):
+                   OffsetAndMetadata(t.pendings[-1].offset, "", -1) for t in done}
+        if offsets:
+            self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
+        self.producer.commit_transaction()
+        self.in_txn = False
+        for task in done:
+            self._committed(task, task.pendings.pop())
+            task.futures = []
+        if done:
+            self._checkpointed({t.partition: t.checkpointed_offset for t in done})
+
+    def abort(self) -> None:
+        try:
+            self.producer.abort_transaction()
+        finally:
+            self.in_txn = False
+
+    def load(self, task: PartitionTask, cp: Restored) -> None:
+        """Put a restored checkpoint into a fresh task (raises ``ValueError`` on bad state)."""
+        ops = task.executor.operators
+        if len(cp.states) != len(ops):
+            raise ValueError(f"changelog {self.changelog}: checkpoint {cp.id} of partition "
+                             f"{task.partition} has {len(cp.states)} operators, the stage "
+                             f"{len(ops)}")
+        for op, states in zip(ops, cp.states, strict=True):
+            op.load_state_dict({"operator": "keyed", "keys": {
+                k: loads_state(v) for k, v in states.items()}})
+        task.executor.deduper.load(cp.upstream)
+        task.owners = dict(cp.owners)
+        task.groups = {gid: Group(g.size, set(g.live), list(g.keys))
+                       for gid, g in cp.groups.items()}
+        task.shrunk = {gid for gid, g in task.groups.items()
+                       if g.to_rewrite(gid)}
+        task.junk = list(cp.junk)
+        task.dead = list(cp.dead)
+        task.next_offset = task.checkpointed_offset = cp.offset
+        task.checkpoint_id = cp.next_id - 1
+

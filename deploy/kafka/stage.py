@@ -1,0 +1,515 @@
+"""The Kafka stage runner: one pipeline stage as a member of a Kafka consumer group.
+
+A stage consumes its input topic in micro-batches, groups each batch by partition and key,
+runs its operators (one :class:`~shiftwatch.operators.keyed.Keyed` chain per input partition, so
+state moves with partitions), and produces every output to the output topic keyed like its input,
+with the input's coordinates ``{"input": {"topic", "partition", "offset", "n"}}``.
+
+State: every ``checkpoint.every_records`` records of a partition, every
+``checkpoint.every_seconds`` seconds, on revoke and on shutdown, the stage checkpoints the
+partition incrementally to ``<pipeline>.<stage>.changelog`` (see
+:mod:`shiftwatch.deploy.kafka.changelog`): the states of the keys that changed since the previous
+checkpoint, in one group entry, then a commit marker with the next input offset, then it commits
+the offset. On assignment the stage restores each partition as of its newest marker and seeks
+to its offset, so the state never counts a record twice nor misses one.
+
+* ``at-least-once``: a checkpoint snapshots the changed keys and sends their group at once,
+  without waiting; its marker is sent only once every output, dead letter and entry sent
+  before the snapshot is acknowledged (checked between batches, so the stage never stalls on
+  a flush), and the offset is committed once the marker is acknowledged. Up to three
+  checkpoints per partition are in flight (a fourth first waits for the oldest). On
+  revoke and shutdown the checkpoint is synchronous (flush, marker, flush, commit). A crash
+  replays (and re-produces) at most the records after the last marker; the outputs carry
+  coordinates so duplicates can be dropped (:mod:`shiftwatch.deploy.kafka.dedupe`, which a
+  downstream stage applies to its input by itself).
+* ``exactly-once``: a transactional producer; outputs, dead letters, changelog entries, the
+  markers and the consumed offsets go into one transaction committed at each checkpoint;
+  consumers read ``read_committed``. A crash aborts the open transaction and the stage
+  resumes from the last committed marker.
+
+Each micro-batch goes through the same :class:`~shiftwatch.deploy.executor.StageExecutor` as a
+local replay (decode, validate, de-duplicate, the keyed operator chain, dead letters, outputs
+in input order), so a stage's outputs are byte for byte what ``shiftwatch replay`` writes,
+plus the ``input`` coordinates. This module is the consumer loop (assignment, restore, poll,
+produce, metrics, shutdown); :mod:`shiftwatch.deploy.kafka.checkpoint` writes checkpoints.
+
+Bad input (not JSON, not an object, a missing field, a value an operator rejects) goes to
+``<pipeline>.<stage>.dlq`` in the one dead-letter schema (``reason``, ``operator``, ``key``,
+``origin`` = ``{topic, partition, offset}``, ``raw``, ``raw_base64``), keyed like its input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from shiftwatch.deploy.executor import RunSummary, StageExecutor
+from shiftwatch.deploy.kafka.changelog import ChangelogReader
+from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask
+from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
+from shiftwatch.operators.codec import encode_record
+from shiftwatch.operators.records import DeadLetter
+
+__all__ = ["StageRunner", "run_pipeline"]
+
+log = logging.getLogger("shiftwatch.kafka")
+
+
+class StageRunner:
+    """Run one stage of a pipeline as a consumer-group member until stopped.
+
+    Parameters
+    ----------
+    config, stage
+        The validated pipeline and the stage to run.
+    stop
+        Set it (e.g. from a SIGTERM handler) to stop: the stage finishes the batch at hand,
+        checkpoints every partition, commits and leaves the group.
+    idle_exit_s
+        Stop by itself after this many seconds without input (batch jobs, tests).
+    instance
+        Distinguishes members for the transactional id (exactly-once); default: host and pid.
+    metrics
+        Optional :class:`~shiftwatch.deploy.observability.StageMetrics` the stage reports to
+        (counters, lag per partition, batch and checkpoint times, liveness and readiness);
+        :func:`run_pipeline` makes one per stage when ``metrics.port`` is set.
+    """
+
+    def __init__(self, config: PipelineConfig, stage: StageConfig,
+                 stop: threading.Event | None = None, idle_exit_s: float | None = None,
+                 instance: str | None = None, metrics: Any = None):
+        self.config = config
+        self.stage = stage
+        self.stop = stop or threading.Event()
+        self.idle_exit_s = idle_exit_s
+        self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
+        self.metrics = metrics
+        self.client = dict(config.kafka)
+        self.eos = stage.guarantee == "exactly-once"
+        self.group_id = config.group_id(stage)
+        self.changelog = config.changelog_topic(stage)
+        self.dlq = config.dlq_topic(stage)
+        self.stats = RunSummary(stage=stage.name)
+        self._tasks: dict[int, PartitionTask] = {}
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._reader: ChangelogReader | None = None
+        self.checkpointer = Checkpointer(stage.input, self.changelog, stage.checkpoint,
+                                         self.eos, self._tasks, self.stats, stage.name)
+        self.checkpointer.metrics = metrics
+        self._input_partitions = 0
+        self._rate_window = (time.monotonic(), 0)
+
+    # ---- setup ----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Check (or create) the topics, before anything is consumed.
+
+        Called by :meth:`run` first. Raises :class:`~shiftwatch.deploy.pipeline.PipelineError` (one
+        line) when the input or output topic is missing and ``topics.create`` is false, or the
+        changelog has fewer partitions than the input; kafka-python errors when the cluster
+        cannot be reached.
+        """
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(**self.client)
+        try:
+            parts = self._partition_counts(admin, [self.stage.input, self.stage.output,
+                                                   self.changelog, self.dlq])
+            topics = self.config.topics
+            create: dict[str, dict] = {}
+            for t in (self.stage.input, self.stage.output):
+                if parts[t] is None:
+                    if not topics["create"]:
+                        raise PipelineError(
+                            f"{self.config.source}: stage {self.stage.name}: topic {t!r} does "
+                            "not exist (create it, or set topics: {create: true})")
+                    create[t] = {"num_partitions": topics["partitions"],
+                                 "replication_factor": topics["replication_factor"]}
+            n_in = parts[self.stage.input] or topics["partitions"]
+            if parts[self.changelog] is None:
+                create[self.changelog] = {"num_partitions": n_in,
+                                          "replication_factor": topics["replication_factor"],
+                                          "configs": {"cleanup.policy": "compact"}}
+            elif parts[self.changelog] < n_in:
+                raise PipelineError(
+                    f"{self.config.source}: stage {self.stage.name}: changelog "
+                    f"{self.changelog!r} has {parts[self.changelog]} partitions, input "
+                    f"{self.stage.input!r} has {n_in}; grow the changelog to match")
+            if parts[self.dlq] is None:
+                create[self.dlq] = {"num_partitions": 1,
+                                    "replication_factor": topics["replication_factor"]}
+            if create:
+                admin.create_topics(create, raise_errors=False)
+            self._input_partitions = n_in
+        finally:
+            admin.close()
+
+    @staticmethod
+    def _partition_counts(admin, topics: list[str]) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        for d in admin.describe_topics(topics):
+            ok = d.get("error_code", 0) == 0 and d.get("partitions")
+            out[d["name"]] = len(d["partitions"]) if ok else None
+        return {t: out.get(t) for t in topics}
+
+    def _clients(self) -> None:
+        from kafka import KafkaConsumer, KafkaProducer
+
+        c = self.stage.consumer
+        self._consumer = KafkaConsumer(
+            **self.client, group_id=self.group_id, enable_auto_commit=False,
+            auto_offset_reset=c["auto_offset_reset"],
+            max_poll_interval_ms=c["max_poll_interval_ms"],
+            session_timeout_ms=c["session_timeout_ms"],
+            heartbeat_interval_ms=c["heartbeat_interval_ms"],
+            max_poll_records=self.stage.batch["max_records"],
+            isolation_level="read_committed" if self.eos else "read_uncommitted",
+            **{k: c[k] for k in ("fetch_max_bytes", "max_partition_fetch_bytes") if k in c})
+        # Larger batches than kafka-python's 16 KiB: fewer batches to build and send, and
+        # less contention with the producer's I/O thread (which holds the accumulator's lock
+        # while it drains). linger_ms bounds the added latency.
+        extra: dict[str, Any] = {"acks": "all", "linger_ms": 10, "batch_size": 256 * 1024,
+                                 "max_request_size": 4 * 1024 * 1024}
+        if self.eos:
+            extra["transactional_id"] = f"{self.group_id}.{self.instance}"
+        self._producer = KafkaProducer(**self.client, **extra)
+        if self.eos:
+            self._producer.init_transactions()
+        self.checkpointer.producer = self._producer
+        self.checkpointer.consumer = self._consumer
+        self._reader = ChangelogReader(self.client, self.changelog, read_committed=self.eos)
+
+    # ---- lifecycle hooks --------------------------------------------------------------
+
+    def on_assign(self, partitions) -> None:
+        """Called inside ``poll`` when the group gives this member partitions.
+
+        Restores each partition's newest checkpoint and seeks to its offset (to the beginning
+        when there is none). May raise kafka-python errors or ``TimeoutError`` (the stage
+        stops; the group reassigns the partitions).
+        """
+        mine = [tp for tp in partitions if tp.topic == self.stage.input]
+        if self.metrics is not None:
+            self.metrics.rebalance()
+        if not mine:
+            if self.metrics is not None:
+                self.metrics.set_ready(True)  # joined; more members than partitions
+            return
+        restored = self._reader.read(self.stage.input, [tp.partition for tp in mine])
+        for tp in mine:
+            task = self._new_task(tp.partition)
+            cp = restored.get(tp.partition)
+            if cp is not None:
+                self.checkpointer.load(task, cp)
+                self._consumer.seek(tp, cp.offset)
+            else:
+                self._consumer.seek_to_beginning(tp)
+            self._tasks[tp.partition] = task
+        log.info("stage %s: assigned %s (restored %s)", self.stage.name,
+                 sorted(tp.partition for tp in mine),
+                 {p: (c.offset if c else None) for p, c in restored.items()})
+        self.stats.partitions = sorted(self._tasks)
+        if self.metrics is not None:
+            self.metrics.set_ready(True)
+
+    def on_revoke(self, partitions) -> None:
+        """Called inside ``poll`` before partitions move to another member (and on close).
+
+        Checkpoints and commits the revoked partitions, then drops their state. Errors are
+        logged: the last checkpoint still holds, so the next owner replays from it.
+        """
+        if self.metrics is not None:
+            self.metrics.set_ready(False)
+        mine = [tp.partition for tp in partitions
+                if tp.topic == self.stage.input and tp.partition in self._tasks]
+        try:
+            self.checkpointer.checkpoint(mine)
+        except Exception as exc:  # the next owner replays from the previous checkpoint
+            log.warning("stage %s: checkpoint on revoke failed: %s", self.stage.name, exc)
+            if self.eos and self.checkpointer.in_txn:
+                self.checkpointer.abort()
+        for p in mine:
+            self._tasks.pop(p, None)
+        self.stats.partitions = sorted(self._tasks)
+
+    def _new_task(self, partition: int) -> PartitionTask:
+        st = self.stage
+        executor = StageExecutor([spec.build() for spec in st.operators],
+                                 names=[spec.name for spec in st.operators], value=st.value,
+                                 key=st.key, ts=st.ts, dedupe=st.dedupe, summary=self.stats,
+                                 observer=self.metrics)
+        return PartitionTask(partition=partition, executor=executor,
+                             dirty=[set() for _ in st.operators])
+
+    # ---- main loop ----------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        """Consume until :attr:`stop` is set (or idle for ``idle_exit_s``), then shut down.
+
+        Shutdown checkpoints every partition, commits, and leaves the group (``close``).
+        """
+        from kafka import ConsumerRebalanceListener
+
+        runner = self
+
+        class _Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                runner.on_revoke(revoked)
+
+            def on_partitions_assigned(self, assigned):
+                runner.on_assign(assigned)
+
+        self.prepare()
+        self._clients()
+        self._consumer.subscribe([self.stage.input], listener=_Listener())
+        max_poll_s = self.stage.consumer["max_poll_interval_ms"] / 1000
+        metrics_every = self.config.metrics["interval_seconds"]
+        last_metrics = last_input = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                batches = self._consumer.poll(timeout_ms=self.stage.batch["timeout_ms"])
+                t0 = time.monotonic()
+                n = sum(len(m) for m in batches.values())
+                if n:
+                    last_input = t0
+                    self.checkpointer.begin()
+                    for tp, msgs in batches.items():
+                        task = self._tasks.get(tp.partition)
+                        if task is not None and tp.topic == self.stage.input:
+                            self._process(tp, task, msgs)
+                self.checkpointer.after_batch()
+                now = time.monotonic()
+                if self.metrics is not None:
+                    self._observe(now - t0 if n else None)
+                if now - t0 > 0.5 * max_poll_s:
+                    log.warning("stage %s: a batch took %.1f s, over half of "
+                                "max_poll_interval_ms (%.0f s): lower batch.max_records or "
+                                "raise consumer.max_poll_interval_ms, or the group will evict "
+                                "this member", self.stage.name, now - t0, max_poll_s)
+                if now - last_metrics >= metrics_every:
+                    self._metrics()
+                    last_metrics = now
+                if not self._tasks:
+                    last_input = now  # idle time counts from the first assignment
+                elif self.idle_exit_s is not None and now - last_input > self.idle_exit_s:
+                    break
+        finally:
+            self._shutdown()
+        return self.stats
+
+    def _process(self, tp, task: PartitionTask, msgs) -> None:
+        """One partition's messages of a poll: through the executor, then produced."""
+        ex = task.executor
+        origins: dict[int, dict] = {}
+        by_offset: dict[int, Any] = {}
+        records = []
+        for m in msgs:
+            if task.next_offset is not None and m.offset < task.next_offset:
+                continue  # already in the state (a re-fetch after a seek)
+            task.next_offset = m.offset + 1
+            task.since_checkpoint += 1
+            origin = {"topic": tp.topic, "partition": tp.partition, "offset": m.offset}
+            item = ex.admit(m.value, m.key, origin, m.offset, m.timestamp)
+            if item is None:
+                continue  # a duplicate of an upstream output
+            if isinstance(item, DeadLetter):
+                self._send_dead(task, ex.dead_letter(item), m.key)
+                continue
+            origins[m.offset] = origin
+            by_offset[m.offset] = m
+            records.append(item)
+        if not records:
+            return
+        result = ex.process(records, origins=origins,
+                            raws={o: m.value for o, m in by_offset.items()}, dirty=task.dirty)
+        for d in result.dead_letters:
+            m = by_offset.get(d["origin"].get("offset"))
+            self._send_dead(task, d, m.key if m is not None else None)
+        counts: dict[int, int] = {}
+        send = self._producer.send
+        output = self.stage.output
+        for o in result.outputs:
+            off = o.get("offset")
+            n = counts.get(off, 0)
+            counts[off] = n + 1
+            o["input"] = {"topic": tp.topic, "partition": tp.partition, "offset": off, "n": n}
+            m = by_offset.get(off)
+            key = m.key if m is not None and m.key is not None else _key_bytes(o.get("key"))
+            self.checkpointer.track(task, send(output, key=key, value=encode_record(o)))
+
+    def _send_dead(self, task: PartitionTask, record: dict, key: bytes | None) -> None:
+        fut = self._producer.send(self.dlq, key=key, value=encode_record(record),
+                                  headers=[("reason", record["reason"].encode()[:1000])])
+        self.checkpointer.track(task, fut)
+
+    # ---- metrics and shutdown -----------------------------------------------------------
+
+    def _lags(self) -> dict[int, int | None]:
+        """Each owned partition's lag (high watermark - next offset), None if not known."""
+        from kafka import TopicPartition
+
+        out: dict[int, int | None] = {}
+        for p, task in list(self._tasks.items()):
+            hw = self._consumer.highwater(TopicPartition(self.stage.input, p))
+            out[p] = (max(0, hw - task.next_offset)
+                      if hw is not None and task.next_offset is not None else None)
+        return out
+
+    def _observe(self, batch_seconds: float | None) -> None:
+        """Once per loop turn: liveness, batch time, counters and lag to :attr:`metrics`."""
+        m = self.metrics
+        m.turn()
+        if batch_seconds is not None:
+            m.batch(batch_seconds)
+        m.sync(self.stats)
+        m.partitions(self._lags())
+
+    def _metrics(self) -> None:
+        now = time.monotonic()
+        then, n = self._rate_window
+        if now > then:
+            self.stats.recent_rate = (self.stats.records_in - n) / (now - then)
+        self._rate_window = (now, self.stats.records_in)
+        self.stats.seconds = time.time() - self.stats.started_unix
+        lags = [lag for lag in self._lags().values() if lag is not None]
+        self.stats.lag = sum(lags) if lags else None
+        log.info(self.stats.line())
+        path = self.config.metrics.get("file")
+        if path:
+            path = Path(path.replace("{stage}", self.stage.name))
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(_metrics_file_fields(self.stats), default=str))
+            os.replace(tmp, path)
+
+    def _shutdown(self) -> None:
+        if self.metrics is not None:
+            self.metrics.set_ready(False)
+        try:
+            if self._consumer is not None and self._producer is not None:
+                try:
+                    self.checkpointer.checkpoint(list(self._tasks))
+                except Exception as exc:
+                    log.warning("stage %s: final checkpoint failed: %s", self.stage.name, exc)
+                    if self.eos and self.checkpointer.in_txn:
+                        self.checkpointer.abort()
+                self._metrics()
+                if self.metrics is not None:
+                    self.metrics.sync(self.stats)
+                self._tasks.clear()  # on_revoke during close() has nothing left to do
+        finally:
+            for client in (self._consumer, self._producer, self._reader):
+                if client is not None:
+                    try:
+                        client.close()
+                    except Exception as exc:  # closing must not hide the reason we stop
+                        log.warning("stage %s: close: %s", self.stage.name, exc)
+
+
+def _key_bytes(key: Any) -> bytes | None:
+    if key is None:
+        return None
+    if isinstance(key, str):
+        return key.encode()
+    return json.dumps(key).encode()
+
+
+# --------------------------------------------------------------------------------------
+
+
+def run_pipeline(config: PipelineConfig, stages: list[str] | None = None,
+                 idle_exit_s: float | None = None, install_signals: bool = True) -> int:
+    """Run the named stages (default: all) of ``config``, one thread each, until SIGTERM/SIGINT.
+
+    Returns 0 after a clean stop, 1 if a stage failed (the others are then stopped too).
+    With ``metrics.port`` set, serves ``/metrics``, ``/healthz`` and ``/readyz`` on it
+    (:mod:`shiftwatch.deploy.observability`) while the stages run.
+    """
+    chosen = [config.stage(s) for s in stages] if stages else list(config.stages)
+    stop = threading.Event()
+    previous = {}
+    if install_signals and threading.current_thread() is threading.main_thread():
+        def handler(signum, frame):
+            log.info("signal %s: checkpointing and leaving the group", signum)
+            stop.set()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        server = _metrics_server(config)
+        try:
+            return _run_stages(config, chosen, stop, idle_exit_s, server)
+        finally:
+            if server is not None:
+                server.close()
+    finally:  # a caller that goes on (a test, the demo) gets its own handlers back
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _metrics_server(config: PipelineConfig):
+    port = config.metrics.get("port")
+    if port is None:
+        return None
+    from shiftwatch.deploy.observability import MetricsServer
+
+    try:
+        return MetricsServer(port=port, address=config.metrics.get("address", "0.0.0.0")).start()
+    except OSError as exc:
+        raise PipelineError(f"{config.source}: metrics.port {port}: cannot listen "
+                            f"({exc.strerror or exc}); choose another port") from None
+
+
+def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threading.Event,
+                idle_exit_s: float | None, server) -> int:
+    runners = []
+    for s in chosen:
+        metrics = None
+        if server is not None:
+            max_poll_s = s.consumer["max_poll_interval_ms"] / 1000
+            metrics = server.stage(
+                config.name, s.name, liveness_seconds=max_poll_s + s.batch["timeout_ms"] / 1000,
+                stalls_before_unhealthy=config.metrics.get("stalls_before_unhealthy", 3),
+                slow_batch_seconds=0.5 * max_poll_s)
+        runners.append(StageRunner(config, s, stop=stop, idle_exit_s=idle_exit_s,
+                                   metrics=metrics))
+    for r in runners:  # topics are checked before any stage consumes
+        r.prepare()
+    errors: list[BaseException] = []
+
+    def target(r: StageRunner) -> None:
+        try:
+            r.run()
+        except BaseException as exc:
+            errors.append(exc)
+            log.error("stage %s failed: %s: %s", r.stage.name, type(exc).__name__, exc)
+            stop.set()
+
+    threads = [threading.Thread(target=target, args=(r,), name=f"stage-{r.stage.name}")
+               for r in runners]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(timeout=0.2)
+    if errors and isinstance(errors[0], PipelineError):
+        raise errors[0]
+    return 1 if errors else 0
+
+
+def _metrics_file_fields(stats) -> dict:
+    """What the JSON metrics file holds: every counter of the summary, plus the names the
+    file had before the runners shared one summary type (``records_out``; ``rate`` = the
+    recent rate), which users tailing the file read."""
+    d = stats.to_dict()
+    d["records_out"] = stats.outputs
+    if stats.recent_rate is not None:
+        d["rate"] = stats.recent_rate
+    return d

@@ -1,0 +1,576 @@
+"""Riemannian online change detection: two stochastic Karcher-mean estimates, slow and fast.
+
+:class:`KarcherDetector` holds the mathematics (a River drift detector: ``update(x)``,
+``drift_detected``, plus ``statistic`` and ``score_many``); the registered operator
+``karcher`` (:class:`KarcherOperator`) wraps it for records. The per-sample work runs in the
+Numba kernels of this module and of :mod:`shiftwatch.operators.manifolds`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numba import njit
+from river.base import DriftDetector
+
+from shiftwatch.operators.records import BadInput
+from shiftwatch.operators.riemannian.base import Manifold
+from shiftwatch.operators.riemannian.grassmann import grassmann_dist, grassmann_step
+from shiftwatch.operators.riemannian.linalg import (
+    cholesky_inplace,
+    lower_inverse_inplace,
+    sym_expm,
+    sym_logm,
+)
+from shiftwatch.operators.riemannian.manifolds import MANIFOLD_NAMES, manifold_from_spec
+from shiftwatch.operators.riemannian.spd import (
+    spd_affine_dist,
+    spd_affine_dist_factored,
+    spd_affine_step_inplace,
+    spd_bw_dist,
+    spd_bw_exp,
+    spd_bw_log,
+    spd_retract,
+)
+from shiftwatch.operators.riemannian.sphere import sphere_dist, sphere_step
+
+__all__ = ["KarcherDetector", "calibrate_threshold", "THRESHOLD_MODES"]
+
+#: The non-numeric values of ``threshold``.
+THRESHOLD_MODES = ("adaptive", "calibrated")
+
+
+# --------------------------------------------------------------------------------------
+# Batch kernels: advance (P0, P1) over a (T, ...) stack of samples, write g_t to ``out``
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True, fastmath={"contract"})
+def karcher_scores_spd_affine(xs, p0, p1, s0, s1, retraction, out):
+    """Affine-invariant SPD: one eigen-decomposition per estimate (geodesic or retraction
+    step) and the eigenvalues of one more matrix for g, per sample.
+
+    Allocation-free: each estimate's Cholesky factor (and its inverse) is computed once per
+    sample, right after its step, and serves both the distance and the next step; the
+    eigenproblems go to :func:`~shiftwatch.operators.manifolds.sym_eig_inplace` (n <= 24,
+    LAPACK above). The factors
+    are a function of ``p0``/``p1`` alone, so a run split over several calls gives the same
+    bits as one call.
+    """
+    n = p0.shape[0]
+    low0, inv0 = np.empty((n, n)), np.empty((n, n))
+    low1, inv1 = np.empty((n, n)), np.empty((n, n))
+    v, tmp = np.empty((n, n)), np.empty((n, n))
+    d, e = np.empty(n), np.empty(n)
+    cholesky_inplace(p0, low0)
+    lower_inverse_inplace(low0, inv0)
+    cholesky_inplace(p1, low1)
+    lower_inverse_inplace(low1, inv1)
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        spd_affine_step_inplace(x, p0, low0, inv0, s0, retraction, v, d, e, tmp)
+        spd_affine_step_inplace(x, p1, low1, inv1, s1, retraction, v, d, e, tmp)
+        out[t] = spd_affine_dist_factored(inv0, low1, tmp, v, d, e)
+
+
+@njit(cache=True)
+def karcher_scores_spd_logeuclid(xs, l0, l1, s0, s1, retraction, out):
+    """Log-Euclidean SPD on the logarithms: L <- L + s (log X - L) is the geodesic step."""
+    for t in range(xs.shape[0]):
+        lx = sym_logm(xs[t])
+        l0 += s0 * (lx - l0)
+        l1 += s1 * (lx - l1)
+        out[t] = math.sqrt(np.sum((l0 - l1) ** 2))
+
+
+@njit(cache=True)
+def karcher_scores_spd_bw(xs, p0, p1, s0, s1, retraction, out):
+    """Bures-Wasserstein SPD: Log, then Exp or the second-order retraction."""
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        v0 = s0 * spd_bw_log(x, p0)
+        v1 = s1 * spd_bw_log(x, p1)
+        if retraction:
+            p0[:, :] = spd_retract(v0, p0)
+            p1[:, :] = spd_retract(v1, p1)
+        else:
+            p0[:, :] = spd_bw_exp(v0, p0)
+            p1[:, :] = spd_bw_exp(v1, p1)
+        out[t] = spd_bw_dist(p0, p1)
+
+
+@njit(cache=True)
+def karcher_scores_grassmann(xs, y0, y1, s0, s1, retraction, out):
+    """Grassmann bases: Log, then Exp or the polar retraction."""
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        y0[:, :] = grassmann_step(x, y0, s0, retraction)
+        y1[:, :] = grassmann_step(x, y1, s1, retraction)
+        out[t] = grassmann_dist(y0, y1)
+
+
+@njit(cache=True)
+def karcher_scores_sphere(xs, p0, p1, s0, s1, retraction, out):
+    """Sphere: Log, then Exp or the normalising retraction."""
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        p0[:] = sphere_step(x, p0, s0, retraction)
+        p1[:] = sphere_step(x, p1, s1, retraction)
+        out[t] = sphere_dist(p0, p1)
+
+
+_KERNELS = {
+    "spd-affine": karcher_scores_spd_affine,
+    "spd-logeuclid": karcher_scores_spd_logeuclid,
+    "spd-bw": karcher_scores_spd_bw,
+    "grassmann": karcher_scores_grassmann,
+    "sphere": karcher_scores_sphere,
+}
+
+
+def point_distances(kind: str, p: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """Distances from the estimate ``p`` (internal form, see ``_to_internal``) to each of ``xs``."""
+    out = np.empty(len(xs))
+    for t in range(len(xs)):
+        x = xs[t]
+        if kind == "spd-affine":
+            out[t] = spd_affine_dist(p, x)
+        elif kind == "spd-logeuclid":
+            out[t] = math.sqrt(float(np.sum((sym_logm(x) - p) ** 2)))
+        elif kind == "spd-bw":
+            out[t] = spd_bw_dist(p, x)
+        elif kind == "grassmann":
+            out[t] = grassmann_dist(p, x)
+        else:
+            out[t] = sphere_dist(p, x)
+    return out
+
+
+def _to_internal(kind: str, x: np.ndarray) -> np.ndarray:
+    # The log-Euclidean estimates are kept as matrix logarithms.
+    return sym_logm(x) if kind == "spd-logeuclid" else x.copy()
+
+
+def _from_internal(kind: str, p: np.ndarray) -> np.ndarray:
+    return sym_expm(p) if kind == "spd-logeuclid" else p.copy()
+
+
+# --------------------------------------------------------------------------------------
+# Threshold calibration
+# --------------------------------------------------------------------------------------
+
+
+def calibrate_threshold(statistics: Any, target_arl: float) -> float:
+    """A threshold whose mean time to the first crossing is about ``target_arl``.
+
+    Method (Rice's formula for a stationary Gaussian process): on a no-change stretch of
+    the statistic, take ``z = sqrt(g)``, its mean ``mu`` and standard deviation ``sigma``,
+    and ``nu0``, the rate of up-crossings of ``mu`` per sample. The rate of up-crossings of
+    a level ``u`` is then ``nu0 exp(-(u - mu)^2 / (2 sigma^2))``; a smooth stationary
+    statistic with rare crossings first crosses after about ``1 / rate`` samples, so the
+    level is ``u = mu + sigma sqrt(2 log(nu0 * target_arl))`` and the threshold ``u^2``.
+    It extrapolates beyond the length of the stretch.
+
+    The square root is there because distances are right-skewed (chi-like): fitted on ``g``
+    itself the rule undershoots long targets (realised ARL ~600 for a target of 1000 on the
+    SPD(8) Wishart stream), on ``log g`` it overshoots (~2300); on ``sqrt(g)`` it gave ~255
+    for 200 and ~1000 for 1000 there (calibration stretch of 500 samples, 40 stretches).
+    How well it hits its target is measured in ``benchmarks/results/riemannian.md``.
+
+    Parameters
+    ----------
+    statistics
+        The statistic on a stretch without change (after the burn-in), at least 20 values.
+    target_arl
+        The wanted average run length (samples), > 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> g = np.exp(np.convolve(rng.normal(size=5000), np.ones(20) / 20, mode="same"))
+    >>> round(calibrate_threshold(g, 1000), 3)
+    1.729
+    """
+    g = np.asarray(statistics, dtype=np.float64).ravel()
+    if g.size < 20 or not np.all(np.isfinite(g)) or np.any(g < 0):
+        raise ValueError("statistics must hold at least 20 finite values >= 0")
+    if isinstance(target_arl, bool) or not isinstance(target_arl, (int, float)) \
+            or not target_arl > 1:
+        raise ValueError(f"target_arl must be a number > 1, got {target_arl!r}")
+    z = np.sqrt(g)
+    mu, sigma = float(z.mean()), float(z.std())
+    if sigma == 0.0:
+        return float(g[0])
+    up = int(np.sum((z[:-1] < mu) & (z[1:] >= mu)))
+    nu0 = max(up, 1) / (z.size - 1)
+    q = nu0 * float(target_arl)
+    u = mu + sigma * math.sqrt(2.0 * math.log(q)) if q > 1 else mu
+    return float(u * u)
+
+
+# --------------------------------------------------------------------------------------
+# The detector
+# --------------------------------------------------------------------------------------
+
+
+class KarcherDetector(DriftDetector):
+    """Online change detection on a Riemannian manifold (Wang, Borsoi & Richard).
+
+    Two stochastic-gradient estimates of the Karcher mean of the stream, ``P0`` with the
+    slow step ``step_slow`` and ``P1`` with the fast step ``step_fast``, both start at the
+    first sample. Each sample ``X`` moves them ``P <- R_P(2 step Log_P(X))`` (``R`` the
+    exponential map or a retraction); the statistic is ``g = d(P0, P1)``. After a change the
+    fast estimate leaves first and ``g`` rises. An alarm is raised when ``g >= h`` after
+    ``burn_in`` samples.
+
+    Parameters
+    ----------
+    manifold
+        A :class:`~shiftwatch.operators.manifolds.Manifold` (``SPD(8)``, ``Grassmann(20, 5)``, ...)
+        or a name whose dimensions are read from the first sample: ``"spd"`` (affine-invariant),
+        ``"spd-log-euclidean"``, ``"spd-bures-wasserstein"``, ``"grassmann"`` (n x p
+        orthonormal bases), ``"sphere"`` (unit vectors).
+    step_slow, step_fast
+        Step sizes ``lambda0 < lambda1`` in (0, 0.5].
+    threshold
+        A number ``h`` (fixed); ``"adaptive"``, the authors' rule: exponentially weighted
+        moments ``m <- (1-a) m + a g``, ``v <- (1-a) v + a g^2`` (``a = adapt_rate``, from 0)
+        and ``h = m + adapt_k sqrt(v - m^2)``; or ``"calibrated"``: the ``calibration``
+        statistics after the burn-in are taken as change-free and
+        :func:`calibrate_threshold` sets ``h`` for the average run length ``target_arl``
+        (no alarm during calibration).
+    burn_in
+        Samples (from the start or the last reset) before an alarm may be raised.
+    update
+        ``"exp"`` (the exponential map: the exact geodesic step) or ``"retraction"``
+        (SPD: ``sym(P + V + 0.5 V P^-1 V)``; Grassmann: polar; sphere: normalisation). For
+        the log-Euclidean metric both are the exact step ``log P <- log P + 2 step
+        (log X - log P)``, cheaper than any retraction.
+    adapt_rate, adapt_k
+        ``a`` and ``k`` of the adaptive threshold (authors: 0.005 and 1.64).
+    target_arl, calibration
+        Target average run length and calibration length of ``threshold="calibrated"``.
+    reset_on_alarm
+        After an alarm, start afresh at the next sample (both estimates, burn-in); the
+        adaptive moments and a calibrated threshold are kept.
+
+    Attributes
+    ----------
+    statistic
+        The last ``g_t``.
+    threshold_value
+        The threshold ``g`` was last compared with (None before it exists).
+
+    References
+    ----------
+    X. Wang, R. A. Borsoi and C. Richard. Non-parametric online change point detection on
+    Riemannian manifolds. ICML 2024.
+
+    Examples
+    --------
+    >>> from shiftwatch.streams.synthetic import WishartSPDStream
+    >>> xs = np.array([r["value"] for r in WishartSPDStream(n=2000, change_point=1500, seed=1)])
+    >>> det = KarcherDetector("spd", threshold=0.35, update="retraction")
+    >>> alarms = []
+    >>> for t, x in enumerate(xs):
+    ...     det.update(x)
+    ...     if det.drift_detected:
+    ...         alarms.append(t)
+    >>> alarms
+    [1518]
+    >>> g = KarcherDetector("spd", update="retraction").score_many(xs)
+    >>> round(float(g[400:1500].mean()), 3), round(float(g[1500:1600].max()), 3)
+    (0.194, 0.372)
+    """
+
+    def __init__(self, manifold: str | Manifold = "spd", step_slow: float = 0.01,
+                 step_fast: float = 0.02, threshold: float | str = "adaptive",
+                 burn_in: int = 400, update: str = "exp", adapt_rate: float = 0.005,
+                 adapt_k: float = 1.64, target_arl: float = 1000.0, calibration: int = 500,
+                 reset_on_alarm: bool = True):
+        self.manifold = manifold
+        self.step_slow = step_slow
+        self.step_fast = step_fast
+        self.threshold = threshold
+        self.burn_in = burn_in
+        self.update_rule = update
+        self.adapt_rate = adapt_rate
+        self.adapt_k = adapt_k
+        self.target_arl = target_arl
+        self.calibration = calibration
+        self.reset_on_alarm = reset_on_alarm
+        self._validate_params()
+        super().__init__()
+        self._reset()
+
+    # River's clone/repr read the constructor arguments back by name; ``update`` is a method.
+    def _get_params(self) -> dict:
+        return {"manifold": self.manifold, "step_slow": self.step_slow,
+                "step_fast": self.step_fast, "threshold": self.threshold,
+                "burn_in": self.burn_in, "update": self.update_rule,
+                "adapt_rate": self.adapt_rate, "adapt_k": self.adapt_k,
+                "target_arl": self.target_arl, "calibration": self.calibration,
+                "reset_on_alarm": self.reset_on_alarm}
+
+    def clone(self, new_params: dict | None = None, include_attributes: bool = False):
+        return type(self)(**{**self._get_params(), **(new_params or {})})
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def _validate_params(self) -> None:
+        m = self.manifold
+        if not isinstance(m, Manifold) and m not in MANIFOLD_NAMES:
+            raise ValueError(f"manifold must be a Manifold or one of "
+                             f"{', '.join(map(repr, MANIFOLD_NAMES))}, got {m!r}")
+        for name in ("step_slow", "step_fast"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 0.5:
+                raise ValueError(f"{name} must be a number in (0, 0.5], got {v!r}")
+        if not self.step_slow < self.step_fast:
+            raise ValueError(f"step_slow must be < step_fast, got {self.step_slow!r} >= "
+                             f"{self.step_fast!r}")
+        h = self.threshold
+        if isinstance(h, str):
+            if h not in THRESHOLD_MODES:
+                raise ValueError(f"threshold must be a positive number or one of "
+                                 f"{', '.join(map(repr, THRESHOLD_MODES))}, got {h!r}")
+        elif isinstance(h, bool) or not isinstance(h, (int, float)) or not (
+                math.isfinite(h) and h > 0):
+            raise ValueError(f"threshold must be a positive number or one of "
+                             f"{', '.join(map(repr, THRESHOLD_MODES))}, got {h!r}")
+        if isinstance(self.burn_in, bool) or not isinstance(self.burn_in, int) \
+                or self.burn_in < 1:
+            raise ValueError(f"burn_in must be an integer >= 1, got {self.burn_in!r}")
+        if self.update_rule not in ("exp", "retraction"):
+            raise ValueError(f"update must be 'exp' or 'retraction', got {self.update_rule!r}")
+        if not (isinstance(self.adapt_rate, (int, float)) and 0 < self.adapt_rate < 1):
+            raise ValueError(f"adapt_rate must be a number in (0, 1), got {self.adapt_rate!r}")
+        if not (isinstance(self.adapt_k, (int, float)) and self.adapt_k > 0):
+            raise ValueError(f"adapt_k must be a positive number, got {self.adapt_k!r}")
+        if isinstance(self.target_arl, bool) or not isinstance(self.target_arl, (int, float)) \
+                or not self.target_arl > 1:
+            raise ValueError(f"target_arl must be a number > 1, got {self.target_arl!r}")
+        if isinstance(self.calibration, bool) or not isinstance(self.calibration, int) \
+                or self.calibration < 20:
+            raise ValueError(f"calibration must be an integer >= 20, got {self.calibration!r}")
+        if not isinstance(self.reset_on_alarm, bool):
+            raise ValueError(f"reset_on_alarm must be true or false, got "
+                             f"{self.reset_on_alarm!r}")
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._shape: list[int] | None = None
+        self._p0: np.ndarray | None = None
+        self._p1: np.ndarray | None = None
+        self._n = 0  # samples since the start or the last reset
+        self._g = 0.0
+        self._mean = 0.0  # adaptive threshold moments
+        self._second = 0.0
+        self._h: float | None = float(self.threshold) if not isinstance(self.threshold, str) \
+            else None
+        self._calib = np.zeros(0)
+        self._restart = False
+
+    # ---- geometry -------------------------------------------------------------------
+
+    def _geometry(self, shape: tuple[int, ...]) -> Manifold:
+        if isinstance(self.manifold, Manifold):
+            return self.manifold
+        return manifold_from_spec(self.manifold, shape)
+
+    @property
+    def geometry(self) -> Manifold | None:
+        """The manifold in use (None until the first sample when given by name)."""
+        if isinstance(self.manifold, Manifold):
+            return self.manifold
+        return None if self._shape is None else self._geometry(tuple(self._shape))
+
+    def validate(self, x: Any) -> np.ndarray:
+        """``x`` as a float64 point of the manifold, or BadInput saying what is wrong."""
+        geo = self.geometry
+        if geo is None:
+            try:
+                shape = np.shape(np.asarray(x, dtype=np.float64))
+            except (TypeError, ValueError, OverflowError):
+                raise BadInput("value is not a numeric array") from None
+            geo = self._geometry(tuple(shape))
+        return geo.validate(x)
+
+    @property
+    def estimates(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The slow and fast Karcher-mean estimates (P0, P1) as points, None before data."""
+        if self._p0 is None:
+            return None
+        kind = self.geometry.kind
+        return _from_internal(kind, self._p0), _from_internal(kind, self._p1)
+
+    # ---- updates --------------------------------------------------------------------
+
+    @property
+    def statistic(self) -> float:
+        """The last statistic g_t = d(P0, P1)."""
+        return self._g
+
+    @property
+    def threshold_value(self) -> float | None:
+        return self._h
+
+    def _advance(self, xs: np.ndarray) -> np.ndarray:
+        # Run the kernel over xs (already validated, same shape), starting a fresh pair of
+        # estimates at xs[0] when there are none; returns g for each sample.
+        kind = self.geometry.kind
+        out = np.zeros(len(xs))
+        start = 0
+        if self._p0 is None:
+            self._p0 = _to_internal(kind, xs[0])
+            self._p1 = self._p0.copy()
+            start = 1
+        if start < len(xs):
+            _KERNELS[kind](np.ascontiguousarray(xs[start:]), self._p0, self._p1,
+                           2.0 * self.step_slow, 2.0 * self.step_fast,
+                           self.update_rule == "retraction", out[start:])
+        return out
+
+    def _judge(self, g: float) -> bool:
+        # Threshold bookkeeping for one statistic; returns the alarm.
+        self._n += 1
+        self._g = g
+        if self.threshold == "adaptive":
+            a = self.adapt_rate
+            self._mean = (1 - a) * self._mean + a * g
+            self._second = (1 - a) * self._second + a * g * g
+            self._h = self._mean + self.adapt_k * math.sqrt(max(self._second - self._mean ** 2,
+                                                                0.0))
+        if self._n <= self.burn_in:
+            return False
+        if self.threshold == "calibrated" and self._h is None:
+            self._calib = np.append(self._calib, g)
+            if len(self._calib) >= self.calibration:
+                self._h = calibrate_threshold(self._calib, self.target_arl)
+                self._calib = np.zeros(0)
+            return False
+        return g >= self._h
+
+    def _start_over_if_needed(self) -> None:
+        if self._restart:
+            self._restart = False
+            self._p0 = self._p1 = None
+            self._n = 0
+
+    def update(self, x: Any) -> None:
+        """Take one sample; raises BadInput (state untouched) for a value off the manifold."""
+        point = self.validate(x)
+        self._start_over_if_needed()
+        if self._shape is None:
+            self._shape = list(point.shape)
+        g = float(self._advance(point[None])[0])
+        self._drift_detected = self._judge(g)
+        if self._drift_detected and self.reset_on_alarm:
+            self._restart = True
+
+    def update_many(self, xs: np.ndarray, stop_at_alarm: bool = False,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``update`` over validated points ``xs`` (T, ...): returns (g, alarms, thresholds).
+
+        With ``stop_at_alarm`` it returns right after the first alarm (the arrays then end
+        there), with the estimates as they were at the alarm.
+
+        ``thresholds`` holds the threshold each ``g`` was compared with (NaN where there was
+        none yet).
+
+        Same results as ``update`` in a loop; the kernel runs over whole stretches between
+        resets.
+        """
+        xs = np.ascontiguousarray(xs, dtype=np.float64)
+        g_all = np.zeros(len(xs))
+        alarms = np.zeros(len(xs), dtype=bool)
+        hs = np.full(len(xs), np.nan)
+        i = 0
+        while i < len(xs):
+            self._start_over_if_needed()
+            if self._shape is None:
+                self._shape = list(xs[i].shape)
+            saved = None if self._p0 is None or not stop_at_alarm else (self._p0.copy(),
+                                                                         self._p1.copy())
+            g = self._advance(xs[i:])
+            # The kernel ran to the end; if an alarm resets the estimates at j, the samples
+            # after j are redone from the fresh start, so the result equals the loop.
+            stop = len(xs)
+            for j in range(len(g)):
+                g_all[i + j] = g[j]
+                alarm = self._judge(float(g[j]))
+                alarms[i + j] = alarm
+                if self._h is not None:
+                    hs[i + j] = self._h
+                self._drift_detected = alarm
+                if alarm and self.reset_on_alarm and not stop_at_alarm:
+                    self._restart = True
+                    stop = i + j + 1
+                    break
+                if alarm and stop_at_alarm:
+                    self._restart = self.reset_on_alarm
+                    # The kernel ran past the alarm: redo the run up to it from the estimates
+                    # before, so that they are the ones at the alarm (locating reads them).
+                    stop = i + j + 1
+                    if saved is None:
+                        self._p0 = self._p1 = None
+                    else:
+                        self._p0, self._p1 = saved
+                    self._advance(xs[i:stop])
+                    break
+            i = stop
+            if stop_at_alarm and alarms[i - 1]:
+                return g_all[:i], alarms[:i], hs[:i]
+        return g_all, alarms, hs
+
+    def score_many(self, xs: Any) -> np.ndarray:
+        """The statistic g_t for every sample of ``xs`` (T, ...), with no alarms or resets.
+
+        Starts from the current estimates (or at ``xs[0]``) and leaves the detector
+        unchanged: meant for threshold sweeps over a whole stream.
+        """
+        xs = np.ascontiguousarray(xs, dtype=np.float64)
+        if len(xs) == 0:
+            return np.zeros(0)
+        if not np.all(np.isfinite(xs)):
+            raise BadInput("xs contains NaN or infinite entries")
+        geo = self._geometry(tuple(xs.shape[1:])) if self._shape is None else self.geometry
+        if tuple(xs.shape[1:]) != geo.point_shape():
+            raise BadInput(f"xs has points of shape {xs.shape[1:]}, expected "
+                           f"{geo.point_shape()}")
+        twin = self.clone()
+        twin._shape = list(geo.point_shape())
+        twin._p0 = None if self._p0 is None else self._p0.copy()
+        twin._p1 = None if self._p1 is None else self._p1.copy()
+        return twin._advance(xs)
+
+    # ---- state ----------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The learned state as plain values and NumPy arrays."""
+        return {"shape": None if self._shape is None else list(self._shape),
+                "p0": None if self._p0 is None else self._p0.copy(),
+                "p1": None if self._p1 is None else self._p1.copy(),
+                "n": self._n, "g": self._g, "mean": self._mean, "second": self._second,
+                "h": self._h, "calib": self._calib.copy(), "restart": self._restart,
+                "drift": self._drift_detected}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self._reset()
+        self._shape = None if state["shape"] is None else [int(s) for s in state["shape"]]
+        self._p0 = None if state["p0"] is None else np.array(state["p0"], dtype=np.float64)
+        self._p1 = None if state["p1"] is None else np.array(state["p1"], dtype=np.float64)
+        self._n = int(state["n"])
+        self._g = float(state["g"])
+        self._mean = float(state["mean"])
+        self._second = float(state["second"])
+        self._h = None if state["h"] is None else float(state["h"])
+        self._calib = np.array(state["calib"], dtype=np.float64)
+        self._restart = bool(state["restart"])
+        self._drift_detected = bool(state["drift"])

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from shiftwatch.deploy.kafka.changelog import encode_entry, encode_marker, restore
+
+
+def _entries(cid, key, slot, state):
+    return encode_entry("in", 3, cid, 0, key, slot, state, 4)
+
+
+def test_malformed_entries_are_logged_with_partition_and_key(caplog):
+    msgs = _entries(1, "a", 0, b'"a1"') + _entries(1, "b", 0, b'"b1"')
+    msgs.append((b"in/3/k/0/zero/0/ghost", b'{"id": 1}\n"x"'))      # a bad slot number
+    msgs.append((b"in/3/k/0/0/0/c", b"not a header\n"))              # a bad header
+    msgs.append(encode_marker("in", 3, 1, 40, [2], []))
+    with caplog.at_level(logging.WARNING, logger="shiftwatch.kafka"):
+        r = restore(msgs, "in", 3)
+    assert r.states == [{"a": b'"a1"', "b": b'"b1"'}]
+    logged = [rec.getMessage() for rec in caplog.records]
+    assert len(logged) == 2
+    assert all("changelog in/3" in m for m in logged)
+    assert any("ghost" in m for m in logged) and any("/c" in m for m in logged)
+
+
+def test_a_marker_whose_entry_is_malformed_fails_restore(caplog):
+    msgs = _entries(1, "a", 0, b'"a1"')
+    msgs.append((b"in/3/k/0/0/0/b", b"garbage"))
+    msgs.append(encode_marker("in", 3, 1, 40, [2], []))
+    with pytest.raises(ValueError, match="covers"):
+        restore(msgs, "in", 3)
+    assert any("in/3/k/0/0/0/b" in rec.getMessage() for rec in caplog.records)
+
+
+def test_the_old_full_state_format_is_not_read():
+    # 0.1.0 wrote "T/P/<slot>/<chunk>" full-state checkpoints; nothing needs them now.
+    old = [(b"in/3/1/0", b'{"id": 7, "offset": 120, "chunk": 0, "chunks": 1, "bytes": 2}\n{}')]
+    assert restore(old, "in", 3) is None
+
+
+def _general_encode(obj):
+    """The codec's rule without its exact-type fast path (the isinstance chain of
+    ``encode_state``), as the oracle for that fast path."""
+    import base64
+    import math
+    from collections.abc import Mapping
+
+    import numpy as np
+
+    from shiftwatch.operators.state_codec import encode_state
+
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        return x if math.isfinite(x) else {"__float__": repr(x)}
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.ndarray):
+        arr = np.ascontiguousarray(obj)
+        if arr.dtype == object:
+            return {"__ndarray__": None, "items": [_general_encode(v) for v in arr.reshape(-1)],
+                    "shape": list(arr.shape)}
+        return {"__ndarray__": base64.b64encode(arr.tobytes()).decode("ascii"),
+                "dtype": arr.dtype.str, "shape": list(arr.shape)}
+    if isinstance(obj, Mapping):
+        reserved = {"__ndarray__", "__tuple__", "__dict_items__", "__float__"}
+        if all(isinstance(k, str) for k in obj) and reserved.isdisjoint(obj):
+            return {k: _general_encode(v) for k, v in obj.items()}
+        return {"__dict_items__": [[_general_encode(k), _general_encode(v)]
+                                   for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_general_encode(v) for v in obj]}
+    if isinstance(obj, list):
+        return [_general_encode(v) for v in obj]
+    return encode_state(obj)  # extension types: the codec's hooks
+
+
+def test_checkpoint_state_encoding_equals_the_codec():
+    """``encode_state``'s exact-type fast path gives the value of its general rule (and
+    checkpoint bytes that ``loads_state`` reads back to the same state) on odd values and real
+    operator states."""
+    import json
+
+    import numpy as np
+
+    from shiftwatch.deploy.kafka.checkpoint import state_bytes
+    from shiftwatch.deploy.pipeline import parse_pipeline
+    from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
+
+    class D(dict):
+        pass
+
+    class S(str):
+        pass
+
+    grid = np.arange(6.0).reshape(2, 3)
+    cases = [0, -5, 2**70, 1.5, -0.0, float("nan"), float("-inf"), True, None, "x", S("s"),
+             [1, [2.5, "a"]], (1, (2.0,)), {"a": 1}, {1: "a"}, {(1, 2): 3}, {"__tuple__": 1},
+             {"__ndarray__": "x", "b": 2}, D(a=1), {"d": D(b=[1])}, np.float32(1.5),
+             np.int64(3), np.bool_(True), np.array(2.0), grid, np.asfortranarray(grid),
+             grid[:, ::2], np.array([1, 2], dtype=">i4"), np.array([True, False]),
+             np.array(["a", None], dtype=object), np.zeros((0, 3)), np.array(["ab", "c"])]
+    states = [*cases, cases, {"all": cases}]
+    for name in ("cs", "river:ADWIN", "river:PageHinkley", "standardize"):
+        cfg = parse_pipeline({"pipeline": "p", "kafka": {"bootstrap_servers": "x:1"},
+                              "stages": [{"name": "s", "input": "in", "output": "out",
+                                          "operator": name, "params": {}}]})
+        op = cfg.stages[0].operators[0].build()
+        op.process_batch([{"key": "a", "ts": float(i), "value": float(np.sin(i))}
+                          for i in range(150)])
+        states.append(op.state_dict())
+    for s in states:
+        fast, ref = encode_state(s), _general_encode(s)
+        assert json.dumps(fast) == json.dumps(ref)
+        assert dumps_state(loads_state(state_bytes(s))) == dumps_state(s)
