@@ -286,7 +286,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     quiet_kafka_logs(args.debug)
     for k, v in client_defaults().items():  # a bounded wait for the cluster
         config.kafka.setdefault(k, v)
-    return run_pipeline(config, stages=args.stage or None, idle_exit_s=args.exit_when_idle)
+    return run_pipeline(config, stages=args.stage or None, idle_exit_s=args.exit_when_idle,
+                        reset_state=_reset_state(args.reset_state))
+
+
+def _reset_state(spec: str | None):
+    """``--reset-state 0,2`` -> {0, 2}; ``all`` -> "all"; None -> None."""
+    if spec is None:
+        return None
+    if spec.strip() == "all":
+        return "all"
+    try:
+        parts = {int(p) for p in spec.split(",") if p.strip()}
+    except ValueError:
+        raise UserError(f"--reset-state {spec!r}: give partitions such as 0,2 or 'all'") from None
+    if not parts or min(parts) < 0:
+        raise UserError(f"--reset-state {spec!r}: give partitions such as 0,2 or 'all'")
+    return parts
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -447,6 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(overrides metrics.port)")
     k.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="stop (checkpointing first) after SECONDS without input")
+    k.add_argument("--reset-state", metavar="PARTITIONS",
+                   help="drop the changelog state of these input partitions (0,2 or all) "
+                        "when assigned and start them afresh from the group's committed "
+                        "offset: the way out of a damaged changelog or one written with "
+                        "other operator parameters")
     k.add_argument("--quiet", action="store_true", help="log warnings only")
     k.set_defaults(func=cmd_run)
 

@@ -27,12 +27,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shiftwatch.deploy.kafka.dedupe import Deduper
-from shiftwatch.operators.codec import decode_record
+from shiftwatch.deploy.kafka.dedupe import DUPLICATE, Deduper
+from shiftwatch.operators.codec import decode_record, encode_record
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.operators.records import BadInput, DeadLetter
 
-__all__ = ["RunSummary", "StageExecutor", "Batch"]
+__all__ = ["RunSummary", "StageExecutor", "Batch", "fit_dead_letter"]
 
 
 @dataclass
@@ -148,6 +148,13 @@ class StageExecutor:
         Optional; told of each dead letter (``observer.dead_letter(reason)``) and of each
         operator's alarm outputs (``observer.alarms(operator_name, n)``), e.g. a
         :class:`~shiftwatch.deploy.observability.StageMetrics`.
+    max_message_bytes
+        The largest encoded output or dead letter (a Kafka stage: its message limit); None
+        for no limit. Larger outputs make their input a dead letter; larger dead letters are
+        cut to fit.
+    deduper
+        The :class:`~shiftwatch.deploy.kafka.dedupe.Deduper` to use (a Kafka stage passes one
+        that knows the upstream topic and its end offsets).
 
     Examples
     --------
@@ -168,7 +175,8 @@ class StageExecutor:
     def __init__(self, operators: Sequence, names: Sequence[str] | None = None,
                  value: str = "value", key: str | None = None, ts: str | None = None,
                  dedupe: bool = False, summary: RunSummary | None = None, keyed: bool = True,
-                 observer: Any = None):
+                 observer: Any = None, max_message_bytes: int | None = None,
+                 deduper: Deduper | None = None):
         self.operators = [op if (isinstance(op, Keyed) or not keyed) else Keyed(op)
                           for op in operators]
         self.names = list(names) if names is not None else [
@@ -178,8 +186,9 @@ class StageExecutor:
         self.ts = ts
         self.dedupe = dedupe
         self.summary = summary if summary is not None else RunSummary()
-        self.deduper = Deduper()
+        self.deduper = deduper if deduper is not None else Deduper()
         self.observer = observer
+        self.max_message_bytes = max_message_bytes
 
     # ---- admit: decode, validate, de-duplicate ------------------------------------------
 
@@ -195,15 +204,22 @@ class StageExecutor:
         meta = None
         if "topic" in origin:
             meta = {"kafka": {**origin, "timestamp": timestamp_ms}}
+        raw = data if data is not None else b""
         try:
             record = decode_record(data, message_key, value=self.value, key=self.key,
                                    ts=self.ts, timestamp_ms=timestamp_ms, meta=meta)
         except BadInput as exc:
-            return DeadLetter(raw=data if data is not None else b"", reason=str(exc),
-                              origin=dict(origin))
-        if self.dedupe and not self.deduper.admit(record):
-            self.summary.duplicates_dropped += 1
-            return None
+            return DeadLetter(raw=raw, reason=str(exc), origin=dict(origin))
+        except Exception as exc:  # a decoder bug must not stop the stage: this message only
+            return DeadLetter(raw=raw, reason=f"message could not be decoded: "
+                              f"{type(exc).__name__}: {_short(exc)}", origin=dict(origin))
+        if self.dedupe:
+            verdict = self.deduper.check(record)
+            if verdict is not None:
+                if verdict is DUPLICATE:
+                    self.summary.duplicates_dropped += 1
+                    return None
+                return DeadLetter(raw=raw, reason=verdict, origin=dict(origin))
         record["offset"] = offset
         return record
 
@@ -266,14 +282,69 @@ class StageExecutor:
     # ---- dead letters -------------------------------------------------------------------
 
     def dead_letter(self, item: DeadLetter) -> dict:
-        """The dead-letter record of ``item`` (one schema for files and topics); counted."""
+        """The dead-letter record of ``item`` (one schema for files and topics); counted.
+
+        Its encoding fits in :attr:`max_message_bytes`: a larger one has ``raw`` and
+        ``raw_base64`` cut (:func:`fit_dead_letter`, ``truncated: true``)."""
         s = self.summary
         s.dead_letters += 1
         short = reason_kind(item.reason)
         s.dead_letter_reasons[short] = s.dead_letter_reasons.get(short, 0) + 1
         if self.observer is not None:
             self.observer.dead_letter(item.reason)
-        return item.to_record()
+        try:
+            record = item.to_record()
+        except Exception:  # e.g. a raw record nested too deep to serialise: keep its text
+            record = DeadLetter(raw=_short(repr(item.raw), 10_000), reason=item.reason,
+                                origin=dict(item.origin)).to_record()
+        return fit_dead_letter(record, self.max_message_bytes)
+
+    # ---- encoding outputs ---------------------------------------------------------------
+
+    def encode(self, batch: Batch, origins: Mapping[int, dict] | None = None,
+               raws: Mapping[int, Any] | None = None) -> list[bytes]:
+        """The encoded outputs of ``batch`` (:func:`~shiftwatch.operators.codec.encode_record`),
+        in order. An input any of whose outputs cannot be encoded, or encodes to more than
+        :attr:`max_message_bytes`, has all its outputs removed from ``batch.outputs`` and
+        becomes a dead letter (appended to ``batch.dead_letters``), so every input still has
+        its outputs or a dead letter."""
+        encoded: list[bytes] = []
+        failed: dict[Any, str] = {}
+        limit = self.max_message_bytes
+        for o in batch.outputs:
+            try:
+                b = encode_record(o)
+            except Exception as exc:  # RecursionError (deep nesting), a value repr raising
+                failed.setdefault(o.get("offset"), f"an output could not be encoded: "
+                                  f"{type(exc).__name__}: {_short(exc)}")
+                b = b""
+            else:
+                if limit is not None and len(b) > limit:
+                    failed.setdefault(o.get("offset"), f"an output is {len(b):,} bytes "
+                                      f"encoded, over the {limit:,}-byte message limit")
+            encoded.append(b)
+        if not failed:
+            return encoded
+        kept_out, kept_enc = [], []
+        for o, b in zip(batch.outputs, encoded, strict=True):
+            if o.get("offset") not in failed:
+                kept_out.append(o)
+                kept_enc.append(b)
+        s = self.summary
+        s.outputs -= len(batch.outputs) - len(kept_out)
+        s.alarms -= sum(1 for o in batch.outputs if o.get("offset") in failed and o.get("alarm"))
+        batch.outputs[:] = kept_out
+        by_offset = {r.get("offset"): r for r in batch.inputs}
+        for off, reason in failed.items():
+            origin = origins.get(off) if origins is not None else None
+            raw = raws.get(off) if raws is not None else None
+            if raw is None:
+                rec = by_offset.get(off)
+                raw = {k: v for k, v in rec.items() if k != "offset"} if rec else None
+            batch.dead_letters.append(self.dead_letter(DeadLetter(
+                raw=raw if raw is not None else b"", reason=reason,
+                origin=origin if origin is not None else {"offset": off})))
+        return kept_enc
 
     # ---- checkpoint support --------------------------------------------------------------
 
@@ -309,3 +380,49 @@ def _grouped(records: list[dict]) -> bool:
             return True
         prev = off
     return False
+
+
+def _short(x: Any, width: int = 300) -> str:
+    text = str(x)
+    return text if len(text) <= width else text[:width] + "..."
+
+
+def fit_dead_letter(record: dict, max_bytes: int | None) -> dict:
+    """``record`` (a dead-letter record) if its encoding fits in ``max_bytes``, else a copy
+    whose ``raw`` and ``raw_base64`` keep only the start of the input, with
+    ``truncated: true`` and ``raw_bytes``, the size of the whole input in bytes.
+
+    >>> rec = {"dead_letter": True, "reason": "not JSON", "raw": "x" * 5000,
+    ...        "raw_base64": "eHh4" * 1666}
+    >>> cut = fit_dead_letter(rec, 1000)
+    >>> len(encode_record(cut)) <= 1000, cut["truncated"], cut["raw_bytes"], cut["raw"][:3]
+    (True, True, 4998, 'xxx')
+    """
+    if max_bytes is None or len(encode_record(record)) <= max_bytes:
+        return record
+    import base64
+
+    raw, b64 = record.get("raw"), record.get("raw_base64")
+    if isinstance(b64, str):
+        exact = base64.b64decode(b64)
+    else:
+        exact = (raw if isinstance(raw, str) else encode_record(raw).decode()).encode(
+            "utf-8", "surrogatepass")
+    out = {**record, "truncated": True, "raw_bytes": len(exact), "raw": ""}
+    if isinstance(b64, str):
+        out["raw_base64"] = ""
+
+    def keep(n: int) -> int:
+        head = exact[:n]
+        out["raw"] = head.decode("utf-8", "ignore")
+        if isinstance(b64, str):
+            out["raw_base64"] = base64.b64encode(head).decode("ascii")
+        return len(encode_record(out))
+
+    n = max(0, max_bytes - keep(0))
+    n = n * 3 // 7 if isinstance(b64, str) else n  # the text and 4/3 of it in base64
+    while n > 0 and keep(n) > max_bytes:
+        n = n * 7 // 8
+    if n == 0:
+        keep(0)
+    return out

@@ -58,6 +58,7 @@ __all__ = [
     "parse_pipeline",
     "CLIENT_SETTINGS",
     "GUARANTEES",
+    "COMPRESSION_TYPES",
 ]
 
 GUARANTEES = ("at-least-once", "exactly-once")
@@ -73,14 +74,19 @@ CLIENT_SETTINGS = (
 )
 
 _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", "consumer",
-             "metrics", "stages")
+             "producer", "metrics", "stages")
 _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
-               "ts", "guarantee", "checkpoint", "batch", "consumer", "dedupe")
+               "ts", "guarantee", "checkpoint", "batch", "consumer", "producer", "dedupe",
+               "upstream")
+#: What the stage's producer may compress with (kafka-python's codecs; each one's library
+#: is installed with shiftwatch).
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 _SECTION_KEYS = {
     "checkpoint": ("every_records", "every_seconds", "chunk_bytes"),
     "batch": ("max_records", "timeout_ms"),
     "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
                  "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes"),
+    "producer": ("compression_type", "max_request_size", "linger_ms", "batch_size"),
     "topics": ("create", "partitions", "replication_factor"),
     "metrics": ("file", "interval_seconds", "port", "address", "stalls_before_unhealthy"),
 }
@@ -89,6 +95,11 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "batch": {"max_records": 1000, "timeout_ms": 200},
     "consumer": {"max_poll_interval_ms": 300_000, "session_timeout_ms": 10_000,
                  "heartbeat_interval_ms": 3_000, "auto_offset_reset": "earliest"},
+    # max_request_size: Kafka's default broker limit (message.max.bytes, 1 MiB); an output or
+    # dead letter must fit in it (a larger output makes its input a dead letter, a larger
+    # dead letter is cut). Raise both together.
+    "producer": {"compression_type": "none", "max_request_size": 1024 * 1024, "linger_ms": 10,
+                 "batch_size": 256 * 1024},
     "topics": {"create": False, "partitions": 1, "replication_factor": 1},
     "metrics": {"file": None, "interval_seconds": 10.0, "port": None, "address": "0.0.0.0",
                 "stalls_before_unhealthy": 3},
@@ -127,9 +138,11 @@ class StageConfig:
     ts: str | None = None
     guarantee: str = "at-least-once"
     dedupe: bool = True
+    upstream: str | None = None  # the topic input coordinates must name (dedupe)
     checkpoint: dict = field(default_factory=lambda: dict(_DEFAULTS["checkpoint"]))
     batch: dict = field(default_factory=lambda: dict(_DEFAULTS["batch"]))
     consumer: dict = field(default_factory=lambda: dict(_DEFAULTS["consumer"]))
+    producer: dict = field(default_factory=lambda: dict(_DEFAULTS["producer"]))
 
 
 @dataclass
@@ -220,7 +233,7 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     ...
     shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
 allowed: name, input, output, operator, params, operators, value, key, ts, guarantee, \
-checkpoint, batch, consumer, dedupe
+checkpoint, batch, consumer, producer, dedupe, upstream
     """
     def err(msg: str) -> PipelineError:
         return PipelineError(f"{source}: {msg}")
@@ -240,7 +253,7 @@ checkpoint, batch, consumer, dedupe
     kafka = dict(kafka)
     kafka.setdefault("bootstrap_servers", "localhost:9092")
     defaults = {sec: _section(data.get(sec), sec, "top level", dict(_DEFAULTS[sec]), err)
-                for sec in ("checkpoint", "batch", "consumer", "topics", "metrics")}
+                for sec in ("checkpoint", "batch", "consumer", "producer", "topics", "metrics")}
     guarantee = _guarantee(data.get("guarantee", "at-least-once"), "top level", err)
     stages_raw = data.get("stages")
     if not isinstance(stages_raw, list) or not stages_raw:
@@ -253,6 +266,11 @@ checkpoint, batch, consumer, dedupe
             raise err(f"stages[{i}]: duplicate stage name {stage.name!r}")
         seen.add(stage.name)
         stages.append(stage)
+    for stage in stages:  # a stage fed by another stage of the file: that stage's input
+        if stage.upstream is None and stage.dedupe:
+            feeders = [s.input for s in stages if s.output == stage.input]
+            if len(feeders) == 1:
+                stage.upstream = feeders[0]
     return PipelineConfig(name=name, stages=stages, kafka=kafka, topics=defaults["topics"],
                           metrics=defaults["metrics"], source=source)
 
@@ -288,6 +306,13 @@ def _section(value: Any, sec: str, where: str, base: dict, err) -> dict:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)
                                   or not 0 <= v <= 65535):
                 raise err(f"{where}: {sec}.{k} must be a TCP port 0-65535, got {v!r}")
+        elif k == "compression_type":
+            if v not in COMPRESSION_TYPES:
+                raise err(f"{where}: {sec}.{k} must be one of {', '.join(COMPRESSION_TYPES)}, "
+                          f"got {v!r}")
+        elif k == "linger_ms":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise err(f"{where}: {sec}.{k} must be an integer >= 0, got {v!r}")
         elif k == "address":
             if not isinstance(v, str) or not v:
                 raise err(f"{where}: {sec}.{k} must be an address to listen on "
@@ -358,15 +383,18 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
     dedupe = raw.get("dedupe", True)
     if not isinstance(dedupe, bool):
         raise err(f"{where}: 'dedupe' must be true or false, got {dedupe!r}")
+    upstream = raw.get("upstream")
+    if upstream is not None:
+        upstream = _topic(upstream, "upstream", where, err)
     sections = {sec: _section(raw.get(sec), sec, where, dict(defaults[sec]), err)
-                for sec in ("checkpoint", "batch", "consumer")}
+                for sec in ("checkpoint", "batch", "consumer", "producer")}
     c = sections["consumer"]
     if c["session_timeout_ms"] <= c["heartbeat_interval_ms"]:
         raise err(f"{where}: consumer.heartbeat_interval_ms must be below session_timeout_ms")
     return StageConfig(name=name, input=inp, output=out, operators=specs, value=value, key=key,
                        ts=ts,
                        guarantee=_guarantee(raw.get("guarantee", guarantee), where, err),
-                       dedupe=dedupe, **sections)
+                       dedupe=dedupe, upstream=upstream, **sections)
 
 
 def _op_spec(o: Any, where: str, err) -> OperatorSpec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -10,6 +11,8 @@ from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.records import BadInput, DeadLetter
 
 __all__ = ["Keyed"]
+
+log = logging.getLogger("shiftwatch.operators")
 
 
 class Keyed(Operator):
@@ -31,6 +34,15 @@ class Keyed(Operator):
     without a ``key`` belongs to the key ``None``; a list key is used as a tuple, and a key
     that cannot be hashed (a JSON object) makes the record a dead letter. A key is kept only
     once one of its records was accepted, so bad records do not grow the state.
+
+    **An operator that fails.** If a key's operator raises anything but :class:`BadInput`
+    on a group of records, the key is *quarantined*: its state is dropped (it may hold part
+    of the group) and the group is processed again, record by record, by a fresh operator
+    for the key; a record that raises again becomes a dead letter whose reason names the
+    exception, and the operator's state goes back to what it was before that record. The
+    other keys are not affected. The key's detector or learner thus restarts; the dead
+    letter says so. (With a keyed store such as the ``cs`` fleet an unexpected exception
+    propagates: the stage stops without committing the batch and a restart reprocesses it.)
 
     An operator may keep all its keys in one store instead of a clone per key (its
     ``_keyed_store`` hook; ``cs`` does, see :mod:`~shiftwatch.operators.confseq.fleet`):
@@ -206,24 +218,66 @@ class _Clones:
                 out.extend(owner._dead_letter(r, BadInput(BAD_KEY_REASON)) for r in group)
                 continue
             op = ops.get(key)
-            if op is not None:
-                if len(group) == 1:
-                    # With many keys most groups hold one record: skip a process_batch call.
-                    try:
-                        out.extend(op.process(group[0]))
-                    except BadInput as exc:
-                        out.append(op._dead_letter(group[0], exc))
-                else:
-                    out.extend(op.process_batch(group))
+            try:
+                if op is not None:
+                    if len(group) == 1:
+                        # With many keys most groups hold one record: no process_batch call.
+                        try:
+                            out.extend(op.process(group[0]))
+                        except BadInput as exc:
+                            out.append(op._dead_letter(group[0], exc))
+                    else:
+                        out.extend(op.process_batch(group))
+                    continue
+                op = self._new()
+                res = op.process_batch(group)
+            except Exception as exc:  # not BadInput: the key's state may hold part of it
+                out.extend(self._quarantine(key, group, exc))
                 continue
-            op = self._new()
-            res = op.process_batch(group)
             # Every bad record gives exactly one dead letter: if all were bad, the operator
             # is still fresh and the key is not kept.
             if sum(isinstance(r, DeadLetter) for r in res) < len(group):
                 ops[key] = op
             out.extend(res)
         return out
+
+    def _quarantine(self, key: Any, group: list, exc: Exception) -> list[dict | DeadLetter]:
+        """The key's operator raised ``exc`` on ``group``: start the key afresh and process
+        the group again one record at a time, rolling the fresh state back over each record
+        that raises (it becomes a dead letter naming the exception)."""
+        self._ops.pop(key, None)
+        op = self._new()
+        name = op.name or type(op).__name__
+        log.warning("operator %s failed on key %r (%s: %s): the key restarts from a fresh "
+                    "state and its %d record(s) of this batch are processed one by one",
+                    name, _short(key), type(exc).__name__, _short(exc), len(group),
+                    exc_info=exc)
+        out: list[dict | DeadLetter] = []
+        accepted = False
+        for record in group:
+            before = op.state_dict()
+            try:
+                res = op.process(record)
+            except BadInput as bad:
+                out.append(op._dead_letter(record, bad))
+                continue
+            except Exception as err:
+                op = self._new()
+                op.load_state_dict(before)
+                out.append(op._dead_letter(record, BadInput(
+                    f"{name} raised {type(err).__name__}: {_short(err)} on this record; the "
+                    f"key's state was restarted (quarantined) and rolled back over it")))
+                continue
+            out.extend(res)
+            accepted = True
+        if accepted:
+            self._ops[key] = op
+        return out
+
+
+def _short(x: Any, width: int = 200) -> str:
+    text = str(x)
+    return text if len(text) <= width else text[:width] + "..."
 
 
 def _key_of(key: Any) -> Any:

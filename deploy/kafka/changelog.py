@@ -54,10 +54,36 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from shiftwatch.deploy.errors import UserError
+
 __all__ = ["Group", "Restored", "encode_group", "encode_entry", "encode_marker", "entry_key",
-           "group_key", "restore", "checkpoints_in", "ChangelogReader"]
+           "group_key", "restore", "checkpoints_in", "ChangelogReader", "ChangelogError",
+           "RESET_HINT"]
 
 log = logging.getLogger("shiftwatch.kafka")
+
+#: How to get a stage past a partition state it cannot use (the CLI option).
+RESET_HINT = ("restart with --reset-state {partition} to drop this partition's state and "
+              "start afresh from the group's committed offset")
+
+
+class ChangelogError(UserError):
+    """A partition's changelog cannot be restored (damaged, or from other parameters or
+    another topic's history): one line with the partition, where, why and the way out."""
+
+    def __init__(self, changelog: str, partition: int, reason: str,
+                 offset: int | None = None, key: bytes | str | None = None,
+                 hint: str | None = None):
+        self.changelog, self.partition, self.reason = changelog, partition, reason
+        self.offset, self.key = offset, key
+        where = f"changelog {changelog} partition {partition}"
+        if offset is not None:
+            where += f" at offset {offset}"
+        if key is not None:
+            k = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            where += f" (key {k[:120]!r})"
+        hint = hint if hint is not None else RESET_HINT.format(partition=partition)
+        super().__init__(f"{where}: {reason}; {hint}")
 
 #: The group id of the key entries (format 1) of a restored changelog.
 LEGACY = -1
@@ -140,11 +166,14 @@ def decode_group(payload: bytes) -> list[tuple[int, str, bytes]]:
 
 
 def encode_marker(topic: str, partition: int, checkpoint_id: int, offset: int,
-                  keys: list[int], upstream: list) -> tuple[bytes, bytes]:
-    """The commit marker of checkpoint ``checkpoint_id``."""
-    return (f"{topic}/{partition}/m".encode(),
-            _head({"id": checkpoint_id, "offset": offset, "keys": keys,
-                   "upstream": upstream}))
+                  keys: list[int], upstream: list, params: list | None = None
+                  ) -> tuple[bytes, bytes]:
+    """The commit marker of checkpoint ``checkpoint_id``; ``params`` (one entry per operator,
+    ``{"operator": name, "params": {...}}``) says what the state was computed with."""
+    body = {"id": checkpoint_id, "offset": offset, "keys": keys, "upstream": upstream}
+    if params:
+        body["params"] = params
+    return f"{topic}/{partition}/m".encode(), _head(body)
 
 
 def decode_message(value: bytes) -> tuple[dict, bytes]:
@@ -194,6 +223,7 @@ class Restored:
     owners: dict[tuple[int, str], int] = field(default_factory=dict)
     groups: dict[int, Group] = field(default_factory=dict)
     dead: list[bytes] = field(default_factory=list)
+    params: list | None = None  # the marker's operator parameters (None: not recorded)
 
 
 def restore(messages: Iterable[tuple[bytes, bytes | None]], topic: str, partition: int
@@ -269,8 +299,16 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
     raw_marker = latest.get(prefix + b"m")
     if raw_marker is None:
         return None
-    marker = json.loads(raw_marker)
-    cid = int(marker["id"])
+    try:
+        marker = json.loads(raw_marker)
+        cid = int(marker["id"])
+        offset = int(marker["offset"])
+        counts = [int(c) for c in marker["keys"]]
+        if cid < 0 or offset < 0 or any(c < 0 for c in counts):
+            raise ValueError("negative id, offset or key count")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"the commit marker cannot be read ({type(exc).__name__}: {exc})"
+                         ) from None
     max_id = cid
     # format 1: (op, key, slot) -> id -> chunk -> (head, body, message key)
     versions: dict[tuple[int, str, int], dict[int, dict[int, tuple[dict, bytes, bytes]]]] = {}
@@ -338,7 +376,6 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
                 best[(op, key)] = (gid, -1, gid, state)
     if legacy_keys:
         groups[LEGACY] = Group(size=0, keys=legacy_keys)
-    counts = [int(c) for c in marker["keys"]]
     states: list[dict[str, bytes]] = [{} for _ in counts]
     slots: dict[tuple[int, str], int] = {}
     owners: dict[tuple[int, str], int] = {}
@@ -357,9 +394,10 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
         dead.extend(groups.pop(gid).keys)
     if LEGACY in groups:
         groups[LEGACY].size = len(groups[LEGACY].live)
-    return Restored(id=cid, offset=int(marker["offset"]), upstream=marker.get("upstream", []),
+    params = marker.get("params")
+    return Restored(id=cid, offset=offset, upstream=marker.get("upstream", []),
                     states=states, slots=slots, junk=junk, next_id=max_id + 1, owners=owners,
-                    groups=groups, dead=dead)
+                    groups=groups, dead=dead, params=params if isinstance(params, list) else None)
 
 
 class ChangelogReader:
@@ -379,6 +417,8 @@ class ChangelogReader:
         from kafka import KafkaConsumer
 
         self.changelog = changelog
+        #: (partition, message key) -> changelog offset of its newest message (last read)
+        self.offsets: dict[tuple[int, bytes], int] = {}
         self._consumer = KafkaConsumer(
             **client, enable_auto_commit=False, group_id=None,
             isolation_level="read_committed" if read_committed else "read_uncommitted",
@@ -389,13 +429,32 @@ class ChangelogReader:
         """The restored state of each input partition (None if it has no checkpoint).
 
         Called on assignment. Raises ``TimeoutError`` if the changelog cannot be read to its
-        end in ``timeout_s``, ``ValueError`` if a checkpoint's entries are missing.
+        end in ``timeout_s``, :class:`ChangelogError` (partition, changelog offset, reason) if
+        a partition's checkpoint cannot be read. :attr:`last_keys` then holds each
+        partition's message keys and :attr:`offsets` the changelog offset of each key's
+        newest message (for :meth:`ChangelogError` and ``--reset-state``).
         """
+        messages = self.read_messages(partitions, timeout_s)
+        out: dict[int, Restored | None] = {}
+        for p, msgs in messages.items():
+            try:
+                out[p] = restore(msgs, topic, p)
+            except ValueError as exc:
+                marker = f"{topic}/{p}/m".encode()
+                raise ChangelogError(self.changelog, p, str(exc),
+                                     offset=self.offsets.get((p, marker)),
+                                     key=marker) from None
+        return out
+
+    def read_messages(self, partitions: Iterable[int], timeout_s: float = 60.0
+                      ) -> dict[int, list[tuple[bytes, bytes | None]]]:
+        """Every message of the changelog partitions, in log order (``(key, value)``)."""
         import time
 
         from kafka import TopicPartition
 
         tps = [TopicPartition(self.changelog, p) for p in partitions]
+        self.offsets = {}
         if not tps:
             return {}
         self._consumer.assign(tps)
@@ -411,6 +470,7 @@ class ChangelogReader:
             got = self._consumer.poll(timeout_ms=200)
             for tp, msgs in got.items():
                 messages[tp.partition].extend((m.key, m.value) for m in msgs)
+                self.offsets.update(((tp.partition, m.key), m.offset) for m in msgs)
             if got:
                 continue
             # every fetch response carries the true high-water mark: never stop short of it
@@ -419,8 +479,17 @@ class ChangelogReader:
                    for tp in tps):
                 break
         self._consumer.assign([])
-        return {tp.partition: restore(messages[tp.partition], topic, tp.partition)
-                for tp in tps}
+        return messages
+
+    def end_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """The end offsets of ``topic``'s ``partitions`` (asked with this reader's own
+        client, so it may be called from a rebalance callback)."""
+        from kafka import TopicPartition
+
+        tps = [TopicPartition(topic, p) for p in partitions]
+        if not tps:
+            return {}
+        return {tp.partition: off for tp, off in self._consumer.end_offsets(tps).items()}
 
     def close(self) -> None:
         self._consumer.close()

@@ -37,14 +37,24 @@ try:
 except ImportError:  # pragma: no cover - orjson is a dependency
     _fast_dumps = None
 
-__all__ = ["Checkpointer", "PartitionTask"]
+__all__ = ["Checkpointer", "PartitionTask", "StateLoadError"]
 
 log = logging.getLogger("shiftwatch.kafka")
 
 SEND_TIMEOUT_S = 120.0  # a blocking checkpoint waits this long for an acknowledgement
+#: Messages above this many bytes are tracked with their input offset (see ``track``).
+LARGE_MESSAGE = 64 * 1024
 # At-least-once checkpoints of one partition in flight (group sent, marker not yet
 # acknowledged).
 _IN_FLIGHT = 3
+
+
+class StateLoadError(ValueError):
+    """A restored key's state could not be loaded into its operator."""
+
+    def __init__(self, operator: int, key: str, reason: str):
+        super().__init__(f"operator {operator}, key {key!r}: {reason}")
+        self.operator, self.key, self.reason = operator, key, reason
 
 
 @dataclass
@@ -80,6 +90,9 @@ class PartitionTask:
     dead: list[bytes] = field(default_factory=list)  # entries of groups with no live key
     futures: list = field(default_factory=list)      # sends since the last snapshot
     pendings: deque[_Pending] = field(default_factory=deque)  # oldest first
+    # id(future) -> (future, what, input offset) of large outputs and dead letters in flight:
+    # if the broker refuses one (over its message limit), it becomes a dead letter instead
+    large: dict[int, tuple[Any, str, int]] = field(default_factory=dict)
 
 
 def state_bytes(state: Any) -> bytes:
@@ -155,7 +168,16 @@ class Checkpointer:
         self.producer: Any = None
         self.consumer: Any = None
         self.in_txn = False
+        #: commit offsets without waiting (inside a rebalance callback, which runs on the
+        #: consumer's I/O thread: a blocking consumer call there cannot complete). Restoring
+        #: reads the markers, so a lost asynchronous commit only delays the group's lag view.
+        self.async_commits = False
         self.metrics: Any = None  # told how long each checkpoint write took (optional)
+        #: ``(task, future, what, offset) -> future or None``: the runner's handler of a large
+        #: message the broker refused (it sends a dead letter instead and returns its future)
+        self.on_refused: Callable[..., Any] | None = None
+        #: the operators' parameters, written into every marker (checked on restore)
+        self.params: list = []
         self._last_checkpoint_time = time.monotonic()
 
     def begin(self) -> None:
@@ -164,9 +186,16 @@ class Checkpointer:
             self.producer.begin_transaction()
             self.in_txn = True
 
-    def track(self, task: PartitionTask, future: Any) -> None:
-        """Remember a send the next checkpoint's marker must wait for (at-least-once)."""
+    def track(self, task: PartitionTask, future: Any, size: int = 0, what: str = "output",
+              offset: int | None = None) -> None:
+        """Remember a send the next checkpoint's marker must wait for (at-least-once).
+
+        A message of ``size`` bytes over :data:`LARGE_MESSAGE` also remembers ``what`` it is
+        and the input ``offset`` it came from, so that a broker refusing it for its size
+        (:attr:`on_refused`) costs that record only."""
         task.futures.append(future)
+        if size > LARGE_MESSAGE and offset is not None:
+            task.large[id(future)] = (future, what, offset)
         if len(task.futures) > 20_000:  # long intervals: keep what is unacknowledged or failed
             task.futures = [f for f in task.futures if not f.is_done or f.failed()]
 
@@ -250,7 +279,8 @@ class Checkpointer:
             id=cid, offset=task.next_offset, futures=futures,
             written=[(i, name) for i, name, _ in states], keys=keys,
             marker=encode_marker(topic, p, cid, task.next_offset,
-                                 [len(op) for op in ops], task.executor.deduper.state())))
+                                 [len(op) for op in ops], task.executor.deduper.state(),
+                                 params=self.params)))
         task.futures = []
         task.checkpointed_offset = task.next_offset
         task.since_checkpoint = 0
@@ -309,7 +339,7 @@ class Checkpointer:
                         self.producer.flush()  # send now rather than after linger_ms
                         f.get(timeout=SEND_TIMEOUT_S)
                     if f.failed():
-                        raise f.exception
+                        self._refused(task, f, futs)
                     i += 1
                 pend.done = i
                 key, value = pend.marker
@@ -322,9 +352,32 @@ class Checkpointer:
                 pend.marker_future.get(timeout=SEND_TIMEOUT_S)
             if pend.marker_future.failed():
                 raise pend.marker_future.exception
-            self._commit_offsets({task.partition: pend.offset}, sync=block)
+            self._commit_offsets({task.partition: pend.offset},
+                                 sync=block and not self.async_commits)
             self._committed(task, pend)
             pendings.popleft()
+            if not pendings:
+                task.large = {k: v for k, v in task.large.items() if not v[0].is_done}
+
+    def _refused(self, task: PartitionTask, f: Any, futs: list) -> None:
+        """A send failed: if it was a large output or dead letter the broker refused for its
+        size, its dead letter goes in its place (and is waited for like it); otherwise
+        raise the send's error (the stage stops; a restart resumes from the last marker)."""
+        from kafka.errors import (
+            InvalidRecordError,
+            MessageSizeTooLargeError,
+            RecordListTooLargeError,
+        )
+
+        entry = task.large.pop(id(f), None)
+        if (entry is None or self.on_refused is None or not isinstance(
+                f.exception, (MessageSizeTooLargeError, RecordListTooLargeError,
+                              InvalidRecordError))):
+            raise f.exception
+        replacement = self.on_refused(task, f, entry[1], entry[2])
+        if replacement is None:
+            raise f.exception
+        futs.append(replacement)
 
     def _commit_offsets(self, offsets: dict[int, int], sync: bool = True) -> None:
         """Commit consumed offsets (what lag monitoring sees; restoring uses the markers, so
@@ -378,8 +431,12 @@ class Checkpointer:
             done = {t.partition: t.checkpointed_offset for t in tasks
                     if t.checkpointed_offset is not None}
             if done:  # synchronously, after any asynchronous commit of older offsets
-                self.consumer.commit({TopicPartition(self.topic, p):
-                                       OffsetAndMetadata(o, "", -1) for p, o in done.items()})
+                offsets = {TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                           for p, o in done.items()}
+                if self.async_commits:
+                    self.consumer.commit_async(offsets, callback=self._commit_done)
+                else:
+                    self.consumer.commit(offsets)
             return
         if not self.in_txn:
             self.producer.begin_transaction()
@@ -416,9 +473,24 @@ class Checkpointer:
             raise ValueError(f"changelog {self.changelog}: checkpoint {cp.id} of partition "
                              f"{task.partition} has {len(cp.states)} operators, the stage "
                              f"{len(ops)}")
-        for op, states in zip(ops, cp.states, strict=True):
-            op.load_state_dict({"operator": "keyed", "keys": {
-                k: loads_state(v) for k, v in states.items()}})
+        for i, (op, states) in enumerate(zip(ops, cp.states, strict=True)):
+            decoded = {}
+            for k, v in states.items():
+                try:
+                    decoded[k] = loads_state(v)
+                except Exception as exc:
+                    raise StateLoadError(i, k, f"not a state ({type(exc).__name__}: "
+                                         f"{str(exc)[:200]})") from None
+            try:
+                op.load_state_dict({"operator": "keyed", "keys": decoded})
+            except Exception:  # find the key: load them one by one
+                for k, s in decoded.items():
+                    try:
+                        op.load_state_dict({"operator": "keyed", "keys": {k: s}})
+                    except Exception as exc:
+                        raise StateLoadError(i, k, f"{type(exc).__name__}: "
+                                             f"{str(exc)[:200]}") from None
+                raise
         task.executor.deduper.load(cp.upstream)
         task.owners = dict(cp.owners)
         task.groups = {gid: Group(g.size, set(g.live), list(g.keys))

@@ -47,12 +47,15 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
-from shiftwatch.deploy.kafka.changelog import ChangelogReader
-from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask
+from shiftwatch.deploy.kafka.changelog import ChangelogError, ChangelogReader
+from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, StateLoadError
+from shiftwatch.deploy.kafka.dedupe import Deduper, end_slack
 from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
 from shiftwatch.operators.codec import encode_record
 from shiftwatch.operators.records import DeadLetter
@@ -60,6 +63,10 @@ from shiftwatch.operators.records import DeadLetter
 __all__ = ["StageRunner", "run_pipeline"]
 
 log = logging.getLogger("shiftwatch.kafka")
+
+#: Bytes of a produced message besides its value (key, headers, record framing) that the
+#: producer's ``max_request_size`` must also hold.
+MESSAGE_OVERHEAD = 4096
 
 
 class StageRunner:
@@ -80,11 +87,17 @@ class StageRunner:
         Optional :class:`~shiftwatch.deploy.observability.StageMetrics` the stage reports to
         (counters, lag per partition, batch and checkpoint times, liveness and readiness);
         :func:`run_pipeline` makes one per stage when ``metrics.port`` is set.
+    reset_state
+        Input partitions whose changelog state is dropped when they are assigned (``"all"``
+        for every one): the stage deletes the partition's changelog entries, starts it with
+        fresh operators and resumes from the group's committed offset. The way out of a
+        changelog that cannot be restored (damaged, or written with other parameters).
     """
 
     def __init__(self, config: PipelineConfig, stage: StageConfig,
                  stop: threading.Event | None = None, idle_exit_s: float | None = None,
-                 instance: str | None = None, metrics: Any = None):
+                 instance: str | None = None, metrics: Any = None,
+                 reset_state: Iterable[int] | str | None = None):
         self.config = config
         self.stage = stage
         self.stop = stop or threading.Event()
@@ -104,6 +117,14 @@ class StageRunner:
         self.checkpointer = Checkpointer(stage.input, self.changelog, stage.checkpoint,
                                          self.eos, self._tasks, self.stats, stage.name)
         self.checkpointer.metrics = metrics
+        self.checkpointer.on_refused = self._refused
+        self.checkpointer.params = [operator_params(spec.build()) for spec in stage.operators]
+        self.reset_state = (reset_state if reset_state in (None, "all")
+                            else {int(p) for p in reset_state})
+        self._fatal: BaseException | None = None  # raised by a rebalance callback
+        self._failed = False  # the loop stopped on an error: no checkpoint on the way out
+        self._asked: set[tuple[str, int]] = set()
+        self._upstream_ends: dict[tuple[str, int], int] = {}
         self._input_partitions = 0
         self._rate_window = (time.monotonic(), 0)
 
@@ -176,8 +197,12 @@ class StageRunner:
         # Larger batches than kafka-python's 16 KiB: fewer batches to build and send, and
         # less contention with the producer's I/O thread (which holds the accumulator's lock
         # while it drains). linger_ms bounds the added latency.
-        extra: dict[str, Any] = {"acks": "all", "linger_ms": 10, "batch_size": 256 * 1024,
-                                 "max_request_size": 4 * 1024 * 1024}
+        pr = self.stage.producer
+        extra: dict[str, Any] = {
+            "acks": "all", "linger_ms": pr["linger_ms"], "batch_size": pr["batch_size"],
+            "max_request_size": pr["max_request_size"],
+            "compression_type": None if pr["compression_type"] == "none"
+            else pr["compression_type"]}
         if self.eos:
             extra["transactional_id"] = f"{self.group_id}.{self.instance}"
         self._producer = KafkaProducer(**self.client, **extra)
@@ -190,12 +215,24 @@ class StageRunner:
     # ---- lifecycle hooks --------------------------------------------------------------
 
     def on_assign(self, partitions) -> None:
-        """Called inside ``poll`` when the group gives this member partitions.
+        """Called inside ``poll`` (on the consumer's I/O thread) when the group gives this
+        member partitions.
 
         Restores each partition's newest checkpoint and seeks to its offset (to the beginning
-        when there is none). May raise kafka-python errors or ``TimeoutError`` (the stage
-        stops; the group reassigns the partitions).
+        when there is none; partitions in :attr:`reset_state` start afresh). A checkpoint
+        that cannot be used (damaged, from other operator parameters, past the end of the
+        input) is a :class:`~shiftwatch.deploy.kafka.changelog.ChangelogError`; it and any
+        other error are kept and raised by the poll loop (the stage stops without a
+        checkpoint), so the cause is what the user sees.
         """
+        try:
+            self._assign(partitions)
+        except Exception as exc:
+            log.error("stage %s: assignment failed: %s: %s", self.stage.name,
+                      type(exc).__name__, exc)
+            self._fatal = exc
+
+    def _assign(self, partitions) -> None:
         mine = [tp for tp in partitions if tp.topic == self.stage.input]
         if self.metrics is not None:
             self.metrics.rebalance()
@@ -203,16 +240,28 @@ class StageRunner:
             if self.metrics is not None:
                 self.metrics.set_ready(True)  # joined; more members than partitions
             return
-        restored = self._reader.read(self.stage.input, [tp.partition for tp in mine])
+        reset = {tp.partition for tp in mine
+                 if self.reset_state == "all" or (self.reset_state and
+                                                  tp.partition in self.reset_state)}
+        keep = [tp.partition for tp in mine if tp.partition not in reset]
+        restored = self._reader.read(self.stage.input, keep) if keep else {}
+        ends = self._reader.end_offsets(self.stage.input, keep) if keep else {}
+        tasks = {}
         for tp in mine:
             task = self._new_task(tp.partition)
+            if tp.partition in reset:
+                self._reset_partition(task)  # resumes from the group's committed offset
+                tasks[tp.partition] = task
+                continue
             cp = restored.get(tp.partition)
             if cp is not None:
-                self.checkpointer.load(task, cp)
+                self._check_restored(tp.partition, cp, ends.get(tp.partition))
+                self._load(task, cp)
                 self._consumer.seek(tp, cp.offset)
             else:
                 self._consumer.seek_to_beginning(tp)
-            self._tasks[tp.partition] = task
+            tasks[tp.partition] = task
+        self._tasks.update(tasks)
         log.info("stage %s: assigned %s (restored %s)", self.stage.name,
                  sorted(tp.partition for tp in mine),
                  {p: (c.offset if c else None) for p, c in restored.items()})
@@ -230,22 +279,123 @@ class StageRunner:
             self.metrics.set_ready(False)
         mine = [tp.partition for tp in partitions
                 if tp.topic == self.stage.input and tp.partition in self._tasks]
+        # This runs on the consumer's I/O thread, while the poll loop waits inside poll():
+        # the checkpoint waits only on the producer (its own client) and commits the offsets
+        # without waiting (restoring reads the markers, not the committed offsets).
+        self.checkpointer.async_commits = True
         try:
-            self.checkpointer.checkpoint(mine)
+            if self._fatal is None and not self._failed:
+                self.checkpointer.checkpoint(mine)
         except Exception as exc:  # the next owner replays from the previous checkpoint
             log.warning("stage %s: checkpoint on revoke failed: %s", self.stage.name, exc)
             if self.eos and self.checkpointer.in_txn:
                 self.checkpointer.abort()
+        finally:
+            self.checkpointer.async_commits = False
         for p in mine:
             self._tasks.pop(p, None)
         self.stats.partitions = sorted(self._tasks)
 
+    def _check_restored(self, partition: int, cp, end: int | None) -> None:
+        """Refuse a checkpoint the stage cannot resume from (one line with the way out)."""
+        # (a few brokers report an end offset short of the true one: some room, end_slack)
+        if end is not None and cp.offset > end + end_slack(end):
+            raise ChangelogError(
+                self.changelog, partition,
+                f"its checkpoint {cp.id} resumes input {self.stage.input}[{partition}] at "
+                f"offset {cp.offset}, beyond the partition's end offset {end} (a changelog "
+                "from another history of the topic, or damaged)")
+        if cp.params is None:
+            log.warning("stage %s: partition %d's checkpoint %d does not record its "
+                        "operators' parameters (written by an earlier release): not checked",
+                        self.stage.name, partition, cp.id)
+            return
+        mismatch = params_mismatch(cp.params, self.checkpointer.params)
+        if mismatch is not None:
+            raise ChangelogError(
+                self.changelog, partition, f"its state was computed with {mismatch}; a "
+                "state from other parameters gives outputs that match neither",
+                hint=f"restart with --reset-state {partition} (or all) to start afresh, or "
+                "give the pipeline a new name")
+
+    def _load(self, task: PartitionTask, cp) -> None:
+        """Load a restored checkpoint into ``task``; a key state that cannot be read is a
+        :class:`~shiftwatch.deploy.kafka.changelog.ChangelogError` naming the key."""
+        try:
+            self.checkpointer.load(task, cp)
+        except StateLoadError as exc:
+            group = cp.owners.get((exc.operator, exc.key))
+            keys = cp.groups[group].keys if group in cp.groups else []
+            where = keys[0] if keys else None
+            raise ChangelogError(
+                self.changelog, task.partition,
+                f"the state of key {exc.key!r} (operator {exc.operator}) in checkpoint "
+                f"{cp.id} cannot be loaded: {exc.reason}",
+                offset=self._reader.offsets.get((task.partition, where)), key=where) from None
+
+    def _reset_partition(self, task: PartitionTask) -> None:
+        """--reset-state: delete the partition's changelog entries (tombstones), number the
+        next checkpoint above every id they used, and start the partition afresh."""
+        msgs = self._reader.read_messages([task.partition]).get(task.partition, [])
+        prefix = f"{self.stage.input}/{task.partition}/".encode()
+        live: dict[bytes, bool] = {}
+        for key, value in msgs:
+            if key is not None and key.startswith(prefix):
+                live[key] = value is not None
+        top = 0
+        for key in live:
+            parts = key[len(prefix):].split(b"/")
+            if len(parts) >= 2 and parts[0] == b"g" and parts[1].isdigit():
+                top = max(top, int(parts[1]))
+        for key, alive in live.items():
+            if alive:
+                self._producer.send(self.changelog, key=key, value=None,
+                                    partition=task.partition)
+        self._producer.flush()
+        task.checkpoint_id = top
+        log.warning("stage %s: --reset-state: partition %d starts with fresh state from the "
+                    "group's committed offset (%d changelog entries deleted)", self.stage.name,
+                    task.partition, sum(live.values()))
+
+    def _refused(self, task: PartitionTask, future, what: str, offset: int):
+        """The broker refused a large ``what`` (output or dead letter) of input ``offset``:
+        send a small dead letter in its place, return its future (see Checkpointer)."""
+        origin = {"topic": self.stage.input, "partition": task.partition, "offset": offset}
+        record = task.executor.dead_letter(DeadLetter(
+            raw=b"", reason=f"the broker refused this record's {what}: "
+            f"{type(future.exception).__name__}: {future.exception} (the input is at origin)",
+            origin=origin))
+        return self._producer.send(self.dlq, value=encode_record(record),
+                                   headers=[("reason", record["reason"].encode()[:1000])])
+
+    def _upstream_end(self, topic: str, partition: int) -> int | None:
+        """The end offset of an upstream partition (for the de-duplication check), asked of
+        the broker at most once per batch and partition; None if it cannot be known."""
+        from kafka import TopicPartition
+
+        key = (topic, partition)
+        if key in self._asked:
+            return self._upstream_ends.get(key)
+        self._asked.add(key)
+        try:
+            tp = TopicPartition(topic, partition)
+            end = self._consumer.end_offsets([tp], timeout_ms=5000).get(tp)
+        except Exception as exc:  # unknown topic or partition, timeout: not checked
+            log.debug("end offset of %s[%d] unknown: %s", topic, partition, exc)
+            end = None
+        if end is not None:
+            self._upstream_ends[key] = end
+        return end
+
     def _new_task(self, partition: int) -> PartitionTask:
         st = self.stage
+        deduper = Deduper(upstream=st.upstream, end_offset=self._upstream_end)
         executor = StageExecutor([spec.build() for spec in st.operators],
                                  names=[spec.name for spec in st.operators], value=st.value,
                                  key=st.key, ts=st.ts, dedupe=st.dedupe, summary=self.stats,
-                                 observer=self.metrics)
+                                 observer=self.metrics, deduper=deduper,
+                                 max_message_bytes=st.producer["max_request_size"]
+                                 - MESSAGE_OVERHEAD)
         return PartitionTask(partition=partition, executor=executor,
                              dirty=[set() for _ in st.operators])
 
@@ -276,6 +426,8 @@ class StageRunner:
         try:
             while not self.stop.is_set():
                 batches = self._consumer.poll(timeout_ms=self.stage.batch["timeout_ms"])
+                if self._fatal is not None:
+                    raise self._fatal
                 t0 = time.monotonic()
                 n = sum(len(m) for m in batches.values())
                 if n:
@@ -301,13 +453,21 @@ class StageRunner:
                     last_input = now  # idle time counts from the first assignment
                 elif self.idle_exit_s is not None and now - last_input > self.idle_exit_s:
                     break
+        except BaseException:
+            # Stop without checkpointing: the batch at hand may be partly processed and
+            # partly sent; the restart resumes from the last committed checkpoint.
+            self._failed = True
+            raise
         finally:
             self._shutdown()
         return self.stats
 
     def _process(self, tp, task: PartitionTask, msgs) -> None:
         """One partition's messages of a poll: through the executor, then produced."""
+        from kafka.errors import MessageSizeTooLargeError
+
         ex = task.executor
+        self._asked = set()  # upstream end offsets asked in this batch
         origins: dict[int, dict] = {}
         by_offset: dict[int, Any] = {}
         records = []
@@ -321,34 +481,53 @@ class StageRunner:
             if item is None:
                 continue  # a duplicate of an upstream output
             if isinstance(item, DeadLetter):
-                self._send_dead(task, ex.dead_letter(item), m.key)
+                self._send_dead(task, ex.dead_letter(item), m.key, m.offset)
                 continue
             origins[m.offset] = origin
             by_offset[m.offset] = m
             records.append(item)
         if not records:
             return
-        result = ex.process(records, origins=origins,
-                            raws={o: m.value for o, m in by_offset.items()}, dirty=task.dirty)
-        for d in result.dead_letters:
-            m = by_offset.get(d["origin"].get("offset"))
-            self._send_dead(task, d, m.key if m is not None else None)
+        raws = {o: m.value for o, m in by_offset.items()}
+        result = ex.process(records, origins=origins, raws=raws, dirty=task.dirty)
         counts: dict[int, int] = {}
-        send = self._producer.send
-        output = self.stage.output
         for o in result.outputs:
             off = o.get("offset")
             n = counts.get(off, 0)
             counts[off] = n + 1
             o["input"] = {"topic": tp.topic, "partition": tp.partition, "offset": off, "n": n}
+        encoded = ex.encode(result, origins=origins, raws=raws)  # unencodable: dead letters
+        for d in result.dead_letters:
+            off = d["origin"].get("offset")
+            m = by_offset.get(off)
+            self._send_dead(task, d, m.key if m is not None else None, off)
+        send = self._producer.send
+        track = self.checkpointer.track
+        output = self.stage.output
+        for o, value in zip(result.outputs, encoded, strict=True):
+            off = o["offset"]
             m = by_offset.get(off)
             key = m.key if m is not None and m.key is not None else _key_bytes(o.get("key"))
-            self.checkpointer.track(task, send(output, key=key, value=encode_record(o)))
+            try:
+                fut = send(output, key=key, value=value)
+            except MessageSizeTooLargeError as exc:  # the key made it too large
+                self._send_dead(task, ex.dead_letter(DeadLetter(
+                    raw=m.value if m is not None else b"", origin=origins.get(off, {}),
+                    reason=f"an output is too large to send: {exc}")), key, off)
+                continue
+            track(task, fut, len(value), "output", off)
 
-    def _send_dead(self, task: PartitionTask, record: dict, key: bytes | None) -> None:
-        fut = self._producer.send(self.dlq, key=key, value=encode_record(record),
-                                  headers=[("reason", record["reason"].encode()[:1000])])
-        self.checkpointer.track(task, fut)
+    def _send_dead(self, task: PartitionTask, record: dict, key: bytes | None,
+                   offset: int | None = None) -> None:
+        from kafka.errors import MessageSizeTooLargeError
+
+        value = encode_record(record)
+        headers = [("reason", record["reason"].encode()[:1000])]
+        try:
+            fut = self._producer.send(self.dlq, key=key, value=value, headers=headers)
+        except MessageSizeTooLargeError:  # a long key: the dead letter without it
+            fut = self._producer.send(self.dlq, value=value, headers=headers)
+        self.checkpointer.track(task, fut, len(value), "dead letter", offset)
 
     # ---- metrics and shutdown -----------------------------------------------------------
 
@@ -395,16 +574,20 @@ class StageRunner:
             self.metrics.set_ready(False)
         try:
             if self._consumer is not None and self._producer is not None:
-                try:
-                    self.checkpointer.checkpoint(list(self._tasks))
-                except Exception as exc:
-                    log.warning("stage %s: final checkpoint failed: %s", self.stage.name, exc)
-                    if self.eos and self.checkpointer.in_txn:
-                        self.checkpointer.abort()
+                if self._failed:
+                    self._finish_pending()
+                else:
+                    try:
+                        self.checkpointer.checkpoint(list(self._tasks))
+                    except Exception as exc:
+                        log.warning("stage %s: final checkpoint failed: %s", self.stage.name,
+                                    exc)
+                        if self.eos and self.checkpointer.in_txn:
+                            self.checkpointer.abort()
                 self._metrics()
                 if self.metrics is not None:
                     self.metrics.sync(self.stats)
-                self._tasks.clear()  # on_revoke during close() has nothing left to do
+            self._tasks.clear()  # on_revoke during close() has nothing left to do
         finally:
             for client in (self._consumer, self._producer, self._reader):
                 if client is not None:
@@ -412,6 +595,59 @@ class StageRunner:
                         client.close()
                     except Exception as exc:  # closing must not hide the reason we stop
                         log.warning("stage %s: close: %s", self.stage.name, exc)
+
+
+    def _finish_pending(self) -> None:
+        """After an error: no new checkpoint (the failed batch must not be committed), but
+        the checkpoints already in flight cover only records before them, whose outputs
+        were all sent: complete those that can be (fewer records to process again)."""
+        log.warning("stage %s: stopping after an error without a checkpoint of the batch "
+                    "at hand: a restart resumes from the last committed checkpoint",
+                    self.stage.name)
+        if self.eos:
+            if self.checkpointer.in_txn:
+                try:
+                    self.checkpointer.abort()
+                except Exception as exc:
+                    log.warning("stage %s: abort: %s", self.stage.name, exc)
+            return
+        for task in list(self._tasks.values()):
+            try:
+                self.checkpointer.advance(task, until=0)
+            except Exception as exc:
+                log.warning("stage %s: pending checkpoint of partition %d not completed: %s",
+                            self.stage.name, task.partition, exc)
+                break
+
+
+def operator_params(op: Any) -> dict:
+    """``{"operator": name, "params": {...}}``: what a checkpoint records of an operator (its
+    constructor parameters, defaults included, as JSON values)."""
+    from shiftwatch.operators.codec import jsonable
+
+    params = op._get_params() if hasattr(op, "_get_params") else {}
+    return {"operator": getattr(op, "name", None) or type(op).__name__,
+            "params": jsonable(params)}
+
+
+def params_mismatch(saved: list, now: list) -> str | None:
+    """What differs between a checkpoint's operator parameters and the stage's, in words
+    (None if nothing)."""
+    def text(v: Any) -> str:
+        return json.dumps(v, sort_keys=True)
+
+    if len(saved) != len(now):
+        return f"{len(saved)} operators, the stage has {len(now)}"
+    for i, (a, b) in enumerate(zip(saved, now, strict=True)):
+        if not isinstance(a, dict) or a.get("operator") != b["operator"]:
+            name = a.get("operator") if isinstance(a, dict) else a
+            return f"operator {i + 1} {name!r}, the stage has {b['operator']!r}"
+        pa, pb = a.get("params") or {}, b["params"]
+        for k in sorted(set(pa) | set(pb)):
+            if text(pa.get(k)) != text(pb.get(k)):
+                return (f"{b['operator']} {k}={text(pa.get(k))}; the pipeline now says "
+                        f"{k}={text(pb.get(k))}")
+    return None
 
 
 def _key_bytes(key: Any) -> bytes | None:
@@ -426,10 +662,14 @@ def _key_bytes(key: Any) -> bytes | None:
 
 
 def run_pipeline(config: PipelineConfig, stages: list[str] | None = None,
-                 idle_exit_s: float | None = None, install_signals: bool = True) -> int:
+                 idle_exit_s: float | None = None, install_signals: bool = True,
+                 reset_state: Iterable[int] | str | None = None) -> int:
     """Run the named stages (default: all) of ``config``, one thread each, until SIGTERM/SIGINT.
 
-    Returns 0 after a clean stop, 1 if a stage failed (the others are then stopped too).
+    Returns 0 after a clean stop, 1 if a stage failed (the others are then stopped too);
+    raises the :class:`~shiftwatch.deploy.errors.UserError` a stage stopped on (a pipeline
+    problem, a changelog it cannot restore: one line for the command line).
+    ``reset_state``: see :class:`StageRunner`.
     With ``metrics.port`` set, serves ``/metrics``, ``/healthz`` and ``/readyz`` on it
     (:mod:`shiftwatch.deploy.observability`) while the stages run.
     """
@@ -445,7 +685,7 @@ def run_pipeline(config: PipelineConfig, stages: list[str] | None = None,
     try:
         server = _metrics_server(config)
         try:
-            return _run_stages(config, chosen, stop, idle_exit_s, server)
+            return _run_stages(config, chosen, stop, idle_exit_s, server, reset_state)
         finally:
             if server is not None:
                 server.close()
@@ -468,7 +708,7 @@ def _metrics_server(config: PipelineConfig):
 
 
 def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threading.Event,
-                idle_exit_s: float | None, server) -> int:
+                idle_exit_s: float | None, server, reset_state=None) -> int:
     runners = []
     for s in chosen:
         metrics = None
@@ -479,7 +719,7 @@ def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threadi
                 stalls_before_unhealthy=config.metrics.get("stalls_before_unhealthy", 3),
                 slow_batch_seconds=0.5 * max_poll_s)
         runners.append(StageRunner(config, s, stop=stop, idle_exit_s=idle_exit_s,
-                                   metrics=metrics))
+                                   metrics=metrics, reset_state=reset_state))
     for r in runners:  # topics are checked before any stage consumes
         r.prepare()
     errors: list[BaseException] = []
@@ -499,8 +739,9 @@ def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threadi
     while any(t.is_alive() for t in threads):
         for t in threads:
             t.join(timeout=0.2)
-    if errors and isinstance(errors[0], PipelineError):
-        raise errors[0]
+    user = [e for e in errors if isinstance(e, UserError)]
+    if user:
+        raise user[0]
     return 1 if errors else 0
 
 
