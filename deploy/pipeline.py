@@ -295,7 +295,7 @@ def _section(value: Any, sec: str, where: str, base: dict, err) -> dict:
     _unknown(value, _SECTION_KEYS[sec], f"{where}: {sec}", err)
     out = {**base, **value}
     for k, v in out.items():
-        want = _DEFAULTS[sec][k]
+        want = _DEFAULTS[sec].get(k, 1)  # keys without a default (fetch sizes) are counts
         if k in ("auto_offset_reset",):
             if v not in ("earliest", "latest"):
                 raise err(f"{where}: {sec}.{k} must be earliest or latest, got {v!r}")

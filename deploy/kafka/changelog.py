@@ -43,8 +43,9 @@ every key still held only in key entries into its group, and once its marker is 
 all key entries are deleted. A group entry or a key entry written by a checkpoint that never
 completed is deleted before the next marker (see above).
 
-A changelog entry that cannot be read (a bad key or header) is logged with its partition and
-key and left out; if a marker then lacks entries, restoring fails (``ValueError``).
+A changelog entry that cannot be read (a bad key, header or index) fails the restore
+(``ValueError``; the stage reports it with the partition, offset and key, see
+:class:`ChangelogError`), unless it belongs to a checkpoint above the marker (it is junk).
 """
 
 from __future__ import annotations
@@ -285,6 +286,21 @@ def checkpoints_in(messages: Iterable[tuple[bytes, bytes | None]], topic: str,
                 yield got
 
 
+class EntryError(ValueError):
+    """A changelog entry a checkpoint needs cannot be read (``key``: its message key)."""
+
+    def __init__(self, key: bytes, reason: str):
+        super().__init__(reason)
+        self.key = key
+
+
+def _group_id(key: bytes, gprefix: bytes) -> int | None:
+    if not key.startswith(gprefix):
+        return None
+    head = key[len(gprefix):].split(b"/", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
 def _whole(chunks: dict[int, tuple[dict, bytes, bytes]]) -> bytes | None:
     """The payload of a chunked entry, or None if a chunk is missing."""
     n = next(iter(chunks.values()))[0]["chunks"]
@@ -335,9 +351,12 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
                     "/", 3)
                 op, slot, chunk = int(op), int(slot), int(chunk)
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("changelog %s/%s: skipping malformed entry %r: %s: %s", topic,
-                        partition, k[:200], type(exc).__name__, exc)
-            continue
+            gid = _group_id(k, gprefix)
+            if gid is not None and gid > cid:  # of a checkpoint that never completed
+                junk.append(k)
+                continue
+            raise EntryError(k, f"a changelog entry cannot be read ({type(exc).__name__}: "
+                             f"{exc})") from None
         max_id = max(max_id, vid)
         if vid > cid:
             junk.append(k)
@@ -367,9 +386,8 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
         try:
             items = decode_group(payload)
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("changelog %s/%s: skipping malformed group %s: %s: %s", topic,
-                        partition, gid, type(exc).__name__, exc)
-            continue
+            raise EntryError(keys[0], f"group entry {gid} cannot be read "
+                             f"({type(exc).__name__}: {exc})") from None
         groups[gid] = Group(size=len(items), keys=keys)
         for op, key, state in items:
             if (op, key) not in best or best[(op, key)][0] < gid:
@@ -440,10 +458,9 @@ class ChangelogReader:
             try:
                 out[p] = restore(msgs, topic, p)
             except ValueError as exc:
-                marker = f"{topic}/{p}/m".encode()
+                key = getattr(exc, "key", None) or f"{topic}/{p}/m".encode()
                 raise ChangelogError(self.changelog, p, str(exc),
-                                     offset=self.offsets.get((p, marker)),
-                                     key=marker) from None
+                                     offset=self.offsets.get((p, key)), key=key) from None
         return out
 
     def read_messages(self, partitions: Iterable[int], timeout_s: float = 60.0

@@ -1,37 +1,51 @@
 from __future__ import annotations
 
-import logging
-
 import pytest
 
-from shiftwatch.deploy.kafka.changelog import encode_entry, encode_marker, restore
+from shiftwatch.deploy.kafka.changelog import encode_entry, encode_group, encode_marker, restore
 
 
 def _entries(cid, key, slot, state):
     return encode_entry("in", 3, cid, 0, key, slot, state, 4)
 
 
-def test_malformed_entries_are_logged_with_partition_and_key(caplog):
+@pytest.mark.parametrize("key, value", [
+    (b"in/3/k/0/zero/0/ghost", b'{"id": 1}\n"x"'),   # a bad slot number
+    (b"in/3/k/0/0/0/c", b"not a header\n"),           # a bad header
+])
+def test_malformed_entries_fail_the_restore_naming_the_entry(key, value):
+    # Once skipped with a warning (the restore then went on with what was left); a damaged
+    # entry may hold a key's newest state, so the restore fails and names it.
     msgs = _entries(1, "a", 0, b'"a1"') + _entries(1, "b", 0, b'"b1"')
-    msgs.append((b"in/3/k/0/zero/0/ghost", b'{"id": 1}\n"x"'))      # a bad slot number
-    msgs.append((b"in/3/k/0/0/0/c", b"not a header\n"))              # a bad header
+    msgs.append((key, value))
     msgs.append(encode_marker("in", 3, 1, 40, [2], []))
-    with caplog.at_level(logging.WARNING, logger="shiftwatch.kafka"):
-        r = restore(msgs, "in", 3)
-    assert r.states == [{"a": b'"a1"', "b": b'"b1"'}]
-    logged = [rec.getMessage() for rec in caplog.records]
-    assert len(logged) == 2
-    assert all("changelog in/3" in m for m in logged)
-    assert any("ghost" in m for m in logged) and any("/c" in m for m in logged)
+    with pytest.raises(ValueError, match="cannot be read") as info:
+        restore(msgs, "in", 3)
+    assert info.value.key == key
 
 
-def test_a_marker_whose_entry_is_malformed_fails_restore(caplog):
+def test_a_marker_whose_entry_is_malformed_fails_restore():
+    # A damaged entry at or below the marker may hold a key's newest state: restoring
+    # without it would resume from an older state, so it fails, naming the entry.
     msgs = _entries(1, "a", 0, b'"a1"')
     msgs.append((b"in/3/k/0/0/0/b", b"garbage"))
     msgs.append(encode_marker("in", 3, 1, 40, [2], []))
-    with pytest.raises(ValueError, match="covers"):
+    with pytest.raises(ValueError, match="cannot be read") as info:
         restore(msgs, "in", 3)
-    assert any("in/3/k/0/0/0/b" in rec.getMessage() for rec in caplog.records)
+    assert info.value.key == b"in/3/k/0/0/0/b"
+
+
+def test_a_damaged_group_is_an_error_not_an_older_state():
+    msgs = list(encode_group("in", 3, 1, [(0, "a", b'"a1"')], 64))
+    msgs.append(encode_marker("in", 3, 1, 40, [1], []))
+    msgs.append((b"in/3/g/2/0", b"garbage"))  # checkpoint 2's group, damaged
+    msgs.append(encode_marker("in", 3, 2, 50, [1], []))
+    with pytest.raises(ValueError, match="cannot be read") as info:
+        restore(msgs, "in", 3)
+    assert info.value.key == b"in/3/g/2/0"
+    # the same damage above the marker is a crashed checkpoint's junk, not an error
+    msgs = msgs[:-1]
+    assert restore(msgs, "in", 3).junk == [b"in/3/g/2/0"]
 
 
 def test_the_old_full_state_format_is_not_read():
