@@ -116,6 +116,7 @@ class Deduper:
         #: per upstream partition: [first dropped (offset, n), last dropped, count] of the
         #: current run of duplicates (logged when it ends, see :meth:`take_dropped_runs`)
         self._runs: dict[tuple[str, int], list] = {}
+        self._ended: list[tuple] = []
 
     def admit(self, record: Mapping) -> bool:
         """True if the record is new (and remember it), False for a duplicate. Coordinates
@@ -158,13 +159,20 @@ class Deduper:
                     return (f"input coordinate offset {pos[0]} is beyond the end of "
                             f"{tp[0]}[{tp[1]}] (end offset {end})")
         self.high[tp] = pos
+        run = self._runs.pop(tp, None)
+        if run is not None:
+            self._ended.append((*tp, *run))
         return None
 
-    def take_dropped_runs(self) -> list[tuple[str, int, tuple, tuple, int, tuple]]:
-        """The runs of duplicates dropped since the last call, per upstream partition:
-        ``(topic, partition, first (offset, n), last, count, high-water mark)``."""
-        runs = [(t, p, *run) for (t, p), run in self._runs.items()]
-        self._runs = {}
+    def take_dropped_runs(self, all_runs: bool = False
+                          ) -> list[tuple[str, int, tuple, tuple, int, tuple]]:
+        """The runs of duplicates that ended (a new record came after them) since the last
+        call, and with ``all_runs`` those still going: per run ``(topic, partition, first
+        (offset, n), last, count, high-water mark)``."""
+        runs, self._ended = self._ended, []
+        if all_runs:
+            runs += [(t, p, *run) for (t, p), run in self._runs.items()]
+            self._runs = {}
         return runs
 
     def state(self) -> list[list[Any]]:

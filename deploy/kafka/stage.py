@@ -486,6 +486,7 @@ class StageRunner:
             origins[m.offset] = origin
             by_offset[m.offset] = m
             records.append(item)
+        self._log_duplicates(ex)
         if not records:
             return
         raws = {o: m.value for o, m in by_offset.items()}
@@ -516,6 +517,14 @@ class StageRunner:
                     reason=f"an output is too large to send: {exc}")), key, off)
                 continue
             track(task, fut, len(value), "output", off)
+
+    def _log_duplicates(self, ex: StageExecutor, all_runs: bool = False) -> None:
+        """One line per run of dropped duplicates (a sample: its first and last offsets)."""
+        for topic, part, first, last, count, mark in ex.deduper.take_dropped_runs(all_runs):
+            log.info("stage %s: dropped %d duplicate(s) from %s[%d]: offsets %d..%d, at or "
+                     "below the high-water mark %d (what an upstream stage produces again "
+                     "after a restart)", self.stage.name, count, topic, part, first[0],
+                     last[0], mark[0])
 
     def _send_dead(self, task: PartitionTask, record: dict, key: bytes | None,
                    offset: int | None = None) -> None:
@@ -587,6 +596,8 @@ class StageRunner:
                 self._metrics()
                 if self.metrics is not None:
                     self.metrics.sync(self.stats)
+            for task in self._tasks.values():
+                self._log_duplicates(task.executor, all_runs=True)
             self._tasks.clear()  # on_revoke during close() has nothing left to do
         finally:
             for client in (self._consumer, self._producer, self._reader):
