@@ -64,6 +64,9 @@ _LAZY = {
     "WindowSubspace": ".riemannian.transforms",
     "NormalizeSphere": ".riemannian.transforms",
     "CILA": ".learners.cila",
+    "DelayEmbed": ".embed",
+    "ShapeDetector": ".shape.detector",
+    "ShapeOperator": ".shape.operator",
 }
 
 __all__ = list(_LAZY)

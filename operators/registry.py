@@ -50,6 +50,8 @@ BUILTIN_OPERATORS: dict[str, str] = {
     "hare-tortoise": "shiftwatch.operators.learners.hare_tortoise:HareTortoise",
     "cila": "shiftwatch.operators.learners.cila:CILA",
     "standardize": "shiftwatch.operators.transforms:Standardize",
+    "embed": "shiftwatch.operators.embed:DelayEmbed",
+    "shape": "shiftwatch.operators.shape.operator:ShapeOperator",
     "window_covariance": "shiftwatch.operators.riemannian.transforms:WindowCovariance",
     "window_subspace": "shiftwatch.operators.riemannian.transforms:WindowSubspace",
     "normalize_sphere": "shiftwatch.operators.riemannian.transforms:NormalizeSphere",

@@ -33,6 +33,7 @@ _LAZY = {
     "DeadLetter": "shiftwatch.operators",
     "ConfSeqDetector": "shiftwatch.operators",
     "KarcherDetector": "shiftwatch.operators",
+    "ShapeDetector": "shiftwatch.operators",
     "RiverDetector": "shiftwatch.operators",
     "HareTortoise": "shiftwatch.operators",
     "CILA": "shiftwatch.operators",

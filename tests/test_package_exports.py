@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["operators", "streams", "sinks", "deploy"]
 #: The family subpackages of operators/ and deploy/ (each with a public __init__).
 SUBPACKAGES = ["operators.confseq", "operators.riemannian", "operators.river", "operators.learners",
+               "operators.shape",
                "deploy.kafka", "deploy.demos"]
 HEAVY = {"numba", "torch", "matplotlib", "kafka"}
 GROUND_FLOOR = ["records", "state_codec", "contract", "registry", "keyed", "with_input"]
 #: One folder per operator family; a family imports the ground floor, never another family.
-FAMILIES = ["confseq", "riemannian", "river", "learners"]
+FAMILIES = ["confseq", "riemannian", "river", "learners", "shape"]
 
 
 @pytest.mark.parametrize("package", PACKAGES + SUBPACKAGES)

@@ -1,0 +1,170 @@
+"""The ``shape`` operator: shape-change detection on records (:class:`ShapeDetector`).
+
+One detector per key (``Keyed``); a scalar or vector ``value`` per record; alarms carry
+``change_at`` (and ``change_ts``) like every detector's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+import numpy as np
+
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.records import BadInput, DeadLetter, as_array, get_field
+from shiftwatch.operators.registry import register
+from shiftwatch.operators.sensitivity import Sensitivity
+from shiftwatch.operators.shape.detector import ShapeDetector, _num
+
+__all__ = ["ShapeOperator"]
+
+
+@register("shape")
+class ShapeOperator(Operator):
+    """Shape-change detection: alarms when the shape, period or correlation of a stream changes.
+
+    Outputs carry ``alarm``, ``statistic`` (the last scan Z) and ``threshold``; an alarm
+    carries ``change_at`` (position of the first changed record in the key's stream, the
+    operator's count of accepted records) and ``change_ts`` when the record at that position
+    had a numeric ``ts`` and is among the last ``TS_MEMORY`` records. Parameters are those of
+    :class:`ShapeDetector` plus ``field``.
+    """
+
+    input_kind = "number or vector (channels)"
+    sensitivity = Sensitivity("threshold", more_alarms="smaller", low=1.0, high=100.0)
+
+    def __init__(self, threshold: float = 6.0, block: float = 2.0, min_blocks: int = 3,
+                 confirm: int = 1, max_blocks: int = 50, burn_in: int = 384,
+                 burn_in_min: int = 64, min_acf: float = 0.3, period: int | str = "auto",
+                 span: float = 1.0, dmax: int = 16, channels: str = "joint",
+                 feature: str = "cov", shrinkage: float = 0.05, refine: bool = True,
+                 p_min: int = 4, min_spread: float = 0.01, field: str = "value"):
+        self.threshold = threshold
+        self.block = block
+        self.min_blocks = min_blocks
+        self.confirm = confirm
+        self.max_blocks = max_blocks
+        self.burn_in = burn_in
+        self.burn_in_min = burn_in_min
+        self.min_acf = min_acf
+        self.period = period
+        self.span = span
+        self.dmax = dmax
+        self.channels = channels
+        self.feature = feature
+        self.shrinkage = shrinkage
+        self.refine = refine
+        self.p_min = p_min
+        self.min_spread = min_spread
+        self.field = field
+        self._validate_params()
+        self._reset()
+
+    def _detector_params(self) -> dict:
+        p = self._get_params()
+        p.pop("field")
+        return p
+
+    def _validate_params(self) -> None:
+        if not isinstance(self.field, str) or not self.field:
+            raise ValueError(f"field must be a non-empty string, got {self.field!r}")
+        ShapeDetector(**self._detector_params())
+
+    #: ``ts`` of the last records kept for ``change_ts`` (a ring; NaN where there was none)
+    TS_MEMORY = 4096
+
+    def _reset(self) -> None:
+        self._detector = ShapeDetector(**self._detector_params())
+        self._count = 0
+        self._ts = np.full(self.TS_MEMORY, np.nan)
+
+    def state_dict(self) -> dict:
+        from shiftwatch.operators.state_codec import decode_state, encode_state
+
+        st = decode_state(encode_state(self._detector.state_dict()))
+        st["count"] = self._count
+        st["ts"] = self._ts.copy()
+        return {"operator": self.name or type(self).__name__, "state": st}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        payload = dict(self._state_payload(state))
+        count = int(payload.pop("count", 0))
+        ts = payload.pop("ts", None)
+        self._reset()
+        self._detector.load_state_dict(payload)
+        self._count = count
+        if ts is not None:
+            self._ts = np.array(ts, dtype=np.float64)
+
+    def _read(self, record: Mapping) -> np.ndarray:
+        x = as_array(get_field(record, self.field), name=self.field)
+        if x.ndim > 1:
+            raise BadInput(f"{self.field} must be a number or a vector, got shape {x.shape}")
+        x = x.reshape(-1)
+        c = self._detector._c
+        if c is not None and x.size != c:
+            raise BadInput(f"{self.field} has {x.size} channels, earlier values had {c}")
+        return x
+
+    def _emit(self, run: list[tuple[Mapping, np.ndarray]], out: list) -> None:
+        if not run:
+            return
+        xs = np.stack([x for _, x in run])
+        L = len(self._ts)
+        for i, (rec, _) in enumerate(run):
+            ts = rec.get("ts") if isinstance(rec, Mapping) else None
+            ok = _num(ts) and np.isfinite(ts)
+            self._ts[(self._count + i) % L] = float(ts) if ok else np.nan
+        alarm, change, stat, extra = self._detector.update_many(xs)
+        h = float(self.threshold)
+        end = self._count + len(run)
+        for i, (rec, _) in enumerate(run):
+            o = self._output(rec, alarm=bool(alarm[i]), statistic=float(stat[i]), threshold=h)
+            if alarm[i]:
+                at = int(change[i])
+                o["change_at"] = at
+                if 0 <= at and end - at <= L and np.isfinite(self._ts[at % L]):
+                    o["change_ts"] = float(self._ts[at % L])
+                if extra[i]:
+                    o["changes_at"] = list(extra[i])
+            out.append(o)
+        self._count = end
+
+    def process(self, record: Mapping) -> list[dict]:
+        x = self._read(record)  # BadInput leaves the state untouched
+        out: list[dict] = []
+        self._emit([(record, x)], out)
+        return out
+
+    def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
+        """Same outputs as :meth:`process` in a loop; valid runs go through the kernel."""
+        out: list[dict | DeadLetter] = []
+        run: list[tuple[Mapping, np.ndarray]] = []
+        for record in records:
+            try:
+                x = self._read(record)
+                if self._detector._c is None and run and x.size != run[0][1].size:
+                    raise BadInput(f"{self.field} has {x.size} channels, earlier values had "
+                                   f"{run[0][1].size}")
+                run.append((record, x))
+            except BadInput as exc:
+                self._emit(run, out)
+                run = []
+                out.append(self._dead_letter(record, exc))
+        self._emit(run, out)
+        return out
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict]:
+        yield {}
+        yield {"period": 8, "threshold": 4.0}
+
+    @classmethod
+    def _test_stream(cls, params: dict, n: int = 600, seed: int = 0) -> list[dict]:
+        # a period-10 sine whose period changes to 17 at n // 2 (level and variance unchanged)
+        rng = np.random.default_rng(seed)
+        t = np.arange(n)
+        y = np.where(t < n // 2, np.sin(2 * np.pi * t / 10), np.sin(2 * np.pi * t / 17))
+        y = y + 0.1 * rng.normal(size=n)
+        return [{"key": "k", "ts": float(i), "offset": i, "value": float(v)}
+                for i, v in enumerate(y)]
