@@ -28,6 +28,7 @@ import numpy as np
 
 from shiftwatch.operators.codec import jsonable, key_text
 from shiftwatch.sinks.base import Sink
+from shiftwatch.sinks.key_label import key_label
 from shiftwatch.sinks.learner_scores import learner_metrics
 from shiftwatch.sinks.plots import plot_accuracy, plot_series, plot_statistic
 from shiftwatch.sinks.scoring import (
@@ -105,7 +106,7 @@ class _KeyTrace:
     def value_labels(self) -> list[str]:
         kind, d = self.value_kind or ("scalar", 1)
         if kind == "coords" and self.channels is not None and len(self.channels) == d:
-            return [str(c) for c in self.channels]
+            return [key_label(str(c)) for c in self.channels]
         return {"scalar": ["value"], "trace": ["trace(value)"], "norm": ["|value|"]}.get(
             kind, [f"value[{i}]" for i in range(d)]
         )

@@ -269,7 +269,7 @@ class ConsoleAlarmSink(Sink):
                 (
                     order,
                     (
-                        _text(record.get("key")),
+                        _key(record.get("key")),
                         _text(offset),
                         jsonable(record.get("ts")),
                         _text(record.get("change_at")),
@@ -332,6 +332,12 @@ class ConsoleAlarmSink(Sink):
 
     def summary(self) -> dict:
         return {"alarms": self._count}
+
+
+def _key(key: Any) -> str:
+    from shiftwatch.sinks.key_label import key_label
+
+    return "-" if key is None else key_label(jsonable(key))
 
 
 def _text(value: Any, exact: bool = False) -> str:

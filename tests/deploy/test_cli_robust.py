@@ -63,3 +63,32 @@ def test_replay_of_a_gz_with_a_bad_crc_finishes_with_the_summary(tmp_path, capsy
     assert "401 records in " in text and "400 outputs" in text and "1 dead letters" in text
     (dead,) = _dead(out)
     assert dead["reason"].startswith("gzip CRC check failed after line 401 (0x")
+
+
+# ---- 3. a 1 MB key ------------------------------------------------------------------------
+
+
+def test_replay_with_plots_of_a_1mb_key_finishes_in_seconds(tmp_path, capsys):
+    import time
+
+    huge = "k" * 1_000_000
+    rng = random.Random(8)
+    path = tmp_path / "keys.jsonl"
+    with path.open("w") as f:
+        for i in range(200):
+            key = huge if i % 10 == 3 else f"s{i % 3}"
+            f.write(json.dumps({"key": key, "v": rng.gauss(0, 1) + (3 if i > 100 else 0)}) + "\n")
+    out = tmp_path / "run"
+    t0 = time.perf_counter()
+    rc = main(["replay", str(path), "--source-opt", "value=v", "--source-opt", "key=key",
+               "--operator", "river:PageHinkley", "--param", "threshold=2",
+               "--param", "min_instances=5", "--out", str(out), "--no-progress"])
+    seconds = time.perf_counter() - t0
+    assert rc == 0
+    assert seconds < 60, f"{seconds:.0f} s (it took 249 s when the plots drew the whole key)"
+    text = capsys.readouterr().out
+    assert len(text) < 10_000 and "kkkk\u2026#" in text  # the alarm table cut the key
+    assert (out / "series.png").stat().st_size > 0 and (out / "statistic.png").exists()
+    assert (out / "report.html").stat().st_size < 1_000_000
+    outputs = [json.loads(line) for line in (out / "outputs.jsonl").read_text().splitlines()]
+    assert sum(o["key"] == huge for o in outputs) == 20  # outputs keep the whole key

@@ -337,3 +337,14 @@ def test_time_axis_needs_ordered_dates():
     assert time_axis_ts([1767225660.0, 1767225600.0]) is None
     assert time_axis_ts([1767225600.0, 1767225600.0]) is None  # no span
     assert time_axis_ts([0.0, 1.0]) is None
+
+
+def test_console_table_cuts_long_keys_and_keeps_them_apart():
+    huge = "s" * 1_000_000
+    sink = ConsoleAlarmSink(stream=io.StringIO())
+    sink.write([{"key": huge + "1", "offset": 1, "alarm": True, "statistic": 2.0},
+                {"key": huge + "2", "offset": 2, "alarm": True, "statistic": 3.0}])
+    lines = sink.table().splitlines()
+    assert max(map(len, lines)) < 150
+    keys = [line.split()[0] for line in lines[1:3]]
+    assert keys[0] != keys[1] and all(len(k) == 60 and k.startswith("sss") for k in keys)
