@@ -412,18 +412,38 @@ class Calibration:
         return head
 
     def write(self, out_dir: str | Path) -> list[Path]:
-        """Write ``calibration.json`` and ``calibrated.yaml`` into ``out_dir``."""
+        """Write ``calibration.json`` and ``calibrated.yaml`` into ``out_dir``, each whole or
+        not at all; return their paths.
+
+        Raises :class:`~shiftwatch.sinks.atomic_file.WriteFailed` (its ``failed`` names each
+        file that could not be written, ``written`` the others) when one could not.
+        """
         import yaml
+
+        from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        j = out / "calibration.json"
-        j.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        y = out / "calibrated.yaml"
         head = (f"# shiftwatch calibrate: {self.param} chosen for a budget of "
                 f"{_fmt(self.budget)} false alarms per {self.unit}\n")
-        y.write_text(head + yaml.safe_dump(self.pipeline_fragment(), sort_keys=False))
-        return [j, y]
+        files = {out / "calibration.json": json.dumps(self.to_dict(), indent=2) + "\n",
+                 out / "calibrated.yaml": head + yaml.safe_dump(self.pipeline_fragment(),
+                                                               sort_keys=False)}
+        written: list[Path] = []
+        failed: dict[str, str] = {}
+        errno = None
+        for path, text in files.items():
+            try:
+                with AtomicFile(path) as fh:
+                    fh.write(text)
+            except WriteFailed as exc:
+                failed.update(exc.failed)
+                errno = errno or exc.errno
+            else:
+                written.append(path)
+        if failed:
+            raise WriteFailed(failed, written, errno=errno)
+        return written
 
 
 def _fmt(v: float | None) -> str:

@@ -11,6 +11,8 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from shiftwatch.deploy.cli import main
 
 
@@ -92,3 +94,102 @@ def test_replay_with_plots_of_a_1mb_key_finishes_in_seconds(tmp_path, capsys):
     assert (out / "report.html").stat().st_size < 1_000_000
     outputs = [json.loads(line) for line in (out / "outputs.jsonl").read_text().splitlines()]
     assert sum(o["key"] == huge for o in outputs) == 20  # outputs keep the whole key
+
+
+# ---- 4. a full disk -----------------------------------------------------------------------
+
+
+def _no_partial_files(out: Path) -> dict[str, int]:
+    """Every file in ``out`` by size; none is a temporary, none is empty but the dead letters."""
+    files = {p.name: p.stat().st_size for p in out.iterdir()}
+    assert not [n for n in files if n.endswith(".tmp")], files
+    assert all(size > 0 for name, size in files.items() if name != "dead_letters.jsonl"), files
+    for name in files:
+        if name.endswith(".png"):
+            assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        elif name.endswith(".json"):
+            json.loads((out / name).read_text())
+        elif name.endswith(".jsonl"):
+            [json.loads(line) for line in (out / name).read_text().splitlines()]
+    return files
+
+
+def _wrote(stdout: str) -> list[str]:
+    (line,) = [x for x in stdout.splitlines() if x.startswith("wrote ")]
+    return [Path(p).name for p in line[len("wrote "):].split(", ")]
+
+
+def test_replay_on_a_full_disk_says_what_it_wrote_and_leaves_no_part(tmp_path, capsys,
+                                                                     monkeypatch):
+    import errno
+    import io
+
+    from shiftwatch.sinks import atomic_file
+
+    class Full(io.FileIO):  # each file may take 30 kB, like a disk with that much room
+        written = 0
+
+        def write(self, b):
+            if self.written + len(b) > 30_000:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.written += len(b)
+            return super().write(b)
+
+    monkeypatch.setattr(atomic_file, "_disk_file", lambda fd: Full(fd, "w"))
+    path = tmp_path / "readings.csv"
+    path.write_text("\n".join(_readings(3000)) + "\n")
+    out = tmp_path / "run"
+    rc = _replay(path, out, "--batch-size", "100")
+    captured = capsys.readouterr()
+    assert rc == 2 and "Traceback" not in captured.err
+    files = _no_partial_files(out)
+    assert "outputs.jsonl" not in files  # 3000 outputs do not fit: none of it is left
+    assert "report.json" in files and "dead_letters.jsonl" in files
+    errors = captured.err.strip().splitlines()
+    assert errors[0] == (f"shiftwatch: error: cannot write {out / 'outputs.jsonl'}: No space "
+                         "left on device (the run stopped there)")
+    assert all(e.startswith("shiftwatch: error: cannot write ") and
+               e.split(": ")[3].startswith("No space left on device") for e in errors)
+    failed = {Path(e.split(": ")[2][len("cannot write "):]).name for e in errors}
+    assert failed & set(files) == set()  # what failed is not there
+    pngs = {n for n in files if n.endswith(".png")}
+    assert set(_wrote(captured.out)) == set(files) - pngs - {"dead_letters.jsonl"} | (
+        {"*.png"} if pngs else set())
+    assert "series.png" in failed, (files, errors)  # larger than 30 kB as well
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 kB tmpfs at tmp_path/disk (needs root and a kernel that lets it mount)."""
+    import shutil
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip() or proc.returncode}"
+                    " (the monkeypatched full-disk test still runs)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_replay_onto_a_real_full_disk_leaves_no_part(small_disk, tmp_path, capsys):
+    path = tmp_path / "readings.csv"
+    path.write_text("\n".join(_readings(3000)) + "\n")
+    out = small_disk / "run"
+    rc = _replay(path, out)
+    captured = capsys.readouterr()
+    assert rc == 2 and "Traceback" not in captured.err
+    files = _no_partial_files(out)
+    assert "outputs.jsonl" not in files
+    errors = captured.err.strip().splitlines()
+    assert errors and all(": No space left on device" in e for e in errors)
+    assert "outputs.jsonl: No space left on device (the run stopped there)" in errors[0]
+    written = set(_wrote(captured.out)) if "wrote " in captured.out else set()
+    assert {n for n in written if n != "*.png"} <= set(files)
