@@ -385,6 +385,35 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 130 if summary.interrupted else 0
 
 
+def _history(source: Any, spec: str) -> Iterator[Any]:
+    """The items of ``source`` for ``calibrate``, which runs inside :func:`user_input`.
+
+    A source yields a dead letter for input it cannot read; one that raises
+    :class:`~shiftwatch.operators.records.BadInput` instead stops the reading with one line
+    naming the record. Any other ``ValueError`` it raises is a bug, not the user's: it is
+    passed on as a ``RuntimeError`` so that :func:`user_input` does not print its bare
+    message as the user's error, and ``main`` shows its traceback.
+    """
+    from shiftwatch.operators.records import BadInput
+
+    items = iter(source)
+    n = 0
+    while True:
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        except BadInput as exc:
+            raise UserError(f"{spec}: cannot read past record {n}: {exc}") from None
+        except UserError:
+            raise
+        except ValueError as exc:
+            raise RuntimeError(f"{spec}: reading record {n} failed: {type(exc).__name__}: "
+                               f"{exc}") from exc
+        yield item
+        n += 1
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.calibrate import calibrate
     from shiftwatch.streams import open_source
@@ -400,8 +429,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     labels = sorted({int(c) for points in annotations.values() for c in points})
     try:
         with user_input():  # calibrate checks its arguments and the history before resampling
-            cal = calibrate(source, stages[-1][0], stages[-1][1], budget=args.budget,
-                            per=args.budget_per, labels=labels, margin=args.margin,
+            cal = calibrate(_history(source, args.source), stages[-1][0], stages[-1][1],
+                            budget=args.budget, per=args.budget_per, labels=labels,
+                            margin=args.margin,
                             before=stages[:-1], exposure=args.exposure, grid=args.grid,
                             delay_runs=args.delay_runs, seed=args.seed)
     finally:

@@ -193,3 +193,93 @@ def test_replay_onto_a_real_full_disk_leaves_no_part(small_disk, tmp_path, capsy
     assert "outputs.jsonl: No space left on device (the run stopped there)" in errors[0]
     written = set(_wrote(captured.out)) if "wrote " in captured.out else set()
     assert {n for n in written if n != "*.png"} <= set(files)
+
+
+# ---- 5. calibrate on huge numbers and failing sources --------------------------------------
+
+
+def _calibrate(path, out, *extra):
+    return main(["calibrate", str(path), "--source-opt", "value=temp", "--operator",
+                 "river:PageHinkley", "--budget", "1/100", "--grid", "3", "--delay-runs", "0",
+                 "--out", str(out), *extra])
+
+
+def test_calibrate_skips_a_5000_digit_cell_as_a_dead_letter(tmp_path, capsys):
+    rows = _readings(600)
+    rows[10] = "9,s1," + "1" * 5000
+    rows[20] = "19,s1," + "2" * 5000 + ".5"
+    path = tmp_path / "readings.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert _calibrate(path, tmp_path / "cal") == 0
+    captured = capsys.readouterr()
+    assert "skipped 2 records the history cannot use: 2 x temp: number has more than 1000 " \
+           "digits" in captured.out
+    assert captured.err == ""
+    info = json.loads((tmp_path / "cal" / "calibration.json").read_text())["info"]
+    assert info["unusable"] == 2 and info["records"] == 598
+
+
+class _Failing:
+    """A source that yields good records, then raises instead of yielding a dead letter."""
+
+    name = "failing"
+    annotations = None
+
+    def __init__(self, error):
+        self.error = error
+
+    def __iter__(self):
+        rng = random.Random(2)
+        for i in range(300):
+            yield {"key": None, "ts": float(i), "value": rng.gauss(0, 1), "offset": i}
+        raise self.error
+
+
+def test_calibrate_a_source_raising_bad_input_is_one_line_naming_the_record(tmp_path, capsys,
+                                                                            monkeypatch):
+    import shiftwatch.streams
+    from shiftwatch.operators.records import BadInput
+
+    monkeypatch.setattr(shiftwatch.streams, "open_source",
+                        lambda spec, **kw: _Failing(BadInput("value has 5000 digits")))
+    assert _calibrate("fake.csv", tmp_path / "cal") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["shiftwatch: error: fake.csv: cannot read past record 300: value has 5000 "
+                   "digits"]
+
+
+def test_calibrate_a_source_failing_with_a_python_error_is_a_bug_with_its_traceback(
+        tmp_path, capsys, monkeypatch):
+    import shiftwatch.streams
+
+    error = ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+    monkeypatch.setattr(shiftwatch.streams, "open_source", lambda spec, **kw: _Failing(error))
+    assert _calibrate("fake.csv", tmp_path / "cal") == 1  # not "shiftwatch: error: Exceeds..."
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "shiftwatch: internal error: RuntimeError: fake.csv: reading " \
+        "record 300 failed: ValueError: Exceeds the limit" in err
+
+
+def test_calibrate_on_a_full_disk_says_which_file_it_could_not_write(tmp_path, capsys,
+                                                                    monkeypatch):
+    import errno
+    import io
+
+    from shiftwatch.sinks import atomic_file
+
+    class Full(io.FileIO):  # room for the small YAML fragment, not for calibration.json
+        def write(self, b):
+            if len(b) > 400:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(b)
+
+    monkeypatch.setattr(atomic_file, "_disk_file", lambda fd: Full(fd, "w"))
+    path = tmp_path / "readings.csv"
+    path.write_text("\n".join(_readings(600)) + "\n")
+    out = tmp_path / "cal"
+    assert _calibrate(path, out) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        f"shiftwatch: error: cannot write {out / 'calibration.json'}: No space left on device"]
+    assert f"wrote {out / 'calibrated.yaml'}" in captured.out
+    assert sorted(p.name for p in out.iterdir()) == ["calibrated.yaml"]
