@@ -217,15 +217,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 summary.dead_letter_reasons.items(), key=lambda kv: -kv[1]))
             print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
     _print_scores(getattr(evaluation, "report", None) or {})
+    done = set(evaluation.written) | ({str(outputs.path)} if outputs.written else set())
     written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "report.html")
-               if str(p) in evaluation.written or (p == outputs.path and outputs.written)]
-    if any(p.endswith(".png") for p in evaluation.written):
+               if str(p) in done]
+    if any(p.endswith(".png") for p in done):
         written.append(f"{out}/*.png")
     if written:
         print("wrote " + ", ".join(written))
-    failed = {**(stopped.failed if stopped is not None else {}),
-              **({str(outputs.path): outputs.error} if outputs.error else {}),
-              **({str(dead.path): dead.error} if dead.error else {}), **evaluation.failed}
+    failed = dict(stopped.failed) if stopped is not None else {}
+    for sink in (outputs, dead):
+        if sink.error is not None:
+            failed[str(sink.path)] = sink.error
+    failed.update(evaluation.failed)
     if _print_failed(failed, stopped):
         return EXIT_USAGE
     return 130 if summary is not None and summary.interrupted else 0
@@ -382,6 +385,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         first = ", ".join(f"{k} {v}" for k, v in (summary.first_dead or {}).items())
         print(f"dead letters (not produced){where}: {reasons}"
               + (f"; first at {first}" if first else ""))
+    if dead is not None and _print_failed({str(dead.path): dead.error} if dead.error else {}):
+        return EXIT_USAGE
     return 130 if summary.interrupted else 0
 
 
@@ -416,6 +421,7 @@ def _history(source: Any, spec: str) -> Iterator[Any]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.calibrate import calibrate
+    from shiftwatch.sinks.atomic_file import WriteFailed
     from shiftwatch.streams import open_source
 
     if not getattr(args, "stages", None):
@@ -440,8 +446,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             close()
     print(cal.summary())
     print(cal.table())
-    from shiftwatch.sinks.atomic_file import WriteFailed
-
     try:
         written = cal.write(args.out)
     except WriteFailed as exc:

@@ -13,6 +13,8 @@ from shiftwatch._lazy import lazy_exports
 #: public name -> module that defines it (imported on first attribute access, PEP 562)
 _LAZY = {
     "Sink": "shiftwatch.sinks.base",
+    "AtomicFile": "shiftwatch.sinks.atomic_file",
+    "WriteFailed": "shiftwatch.sinks.atomic_file",
     "JsonlSink": "shiftwatch.sinks.files",
     "CsvSink": "shiftwatch.sinks.files",
     "ConsoleAlarmSink": "shiftwatch.sinks.files",

@@ -70,8 +70,8 @@ class AtomicFile:
     -----
     :meth:`open` creates ``NAME.<random>.tmp`` beside ``path`` (with the permissions
     :func:`open` would give) and returns it open; :meth:`commit` flushes it to the disk
-    (``fsync``) and renames it over ``path``; :meth:`discard` closes and removes it. Both
-    :meth:`commit` and a failed write leave no temporary. As a context manager it commits on
+    (``fsync``) and renames it over ``path``; :meth:`discard` closes and removes it. Neither
+    leaves a temporary, even when it fails. As a context manager it commits on
     success and discards when the block raises; an ``OSError`` either way is a
     :class:`WriteFailed` naming ``path``.
 

@@ -339,13 +339,16 @@ class EvaluationSink(Sink):
         return True
 
     def summary(self) -> dict:
-        """The report path, the plots, and the report's ``summary`` block (after close)."""
+        """The report path, the plots, and the report's ``summary`` block (after close);
+        ``failed`` (file -> reason) when a file could not be written."""
         out: dict[str, Any] = {
             "report": os.path.join(os.fspath(self.out_dir), "report.json"),
             "plots": list(self._files),
         }
         if self.report:
             out.update(self.report["summary"])
+        if self.failed:
+            out["failed"] = dict(self.failed)
         return out
 
     # ---- scoring ------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from shiftwatch.operators.codec import dumps_record, jsonable
 from shiftwatch.operators.records import DeadLetter
 from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed, reason_of
 from shiftwatch.sinks.base import Sink
+from shiftwatch.sinks.key_label import key_label
 
 __all__ = [
     "jsonable",
@@ -396,8 +397,6 @@ class ConsoleAlarmSink(Sink):
 
 
 def _key(key: Any) -> str:
-    from shiftwatch.sinks.key_label import key_label
-
     return "-" if key is None else key_label(jsonable(key))
 
 

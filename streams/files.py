@@ -73,8 +73,8 @@ MAX_NUMBER_DIGITS = 1000
 _NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _INTEGER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)")
 #: A number by that grammar with too few digits to reach MAX_NUMBER_DIGITS.
-_SHORT_NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]{0,99})(?:\.[0-9]{1,99})?(?:[eE][+-]?[0-9]{1,9})?"
-                           ).fullmatch
+_SHORT_NUMBER = re.compile(
+    r"[+-]?(?:0|[1-9][0-9]{0,99})(?:\.[0-9]{1,99})?(?:[eE][+-]?[0-9]{1,9})?").fullmatch
 _NON_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 # Bytes that are not UTF-8, as the "surrogateescape" error handler decodes them.
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
@@ -425,15 +425,17 @@ class _FileSource(Source):
         if guard is not None and guard.error is not None:
             yield lineno, self._dead(_raw(tail), _damage_reason(guard.error, lineno - 1), lineno)
 
-    def _readable(self) -> str:
-        """The first line, checked to be readable (raises ``ValueError`` saying why not)."""
+    def _readable(self, whole_line: bool = True) -> str:
+        """The first line (or only its first character), checked to be readable: raises
+        ``ValueError`` saying why not, e.g. for a ``.gz`` file damaged within that much."""
         try:
             f, guard = _open_text(self.path)
             with f:
-                first = f.readline()
+                first = f.readline() if whole_line else f.read(1)
         except OSError as exc:
             raise ValueError(f"cannot read {self.path}: {exc}") from None
-        if guard is not None and guard.error is not None and first[-1:] not in ("\n", "\r"):
+        if guard is not None and guard.error is not None and (
+                first[-1:] not in ("\n", "\r") if whole_line else not first):
             raise ValueError(f"cannot read {self.path}: {_damage(guard.error)} in line 1")
         return first
 
@@ -685,7 +687,7 @@ class JsonlSource(_FileSource):
         self.ts_format = ts_format
         self.extra = extra
         self._init_common(annotations)
-        self._readable()
+        self._readable(whole_line=False)
 
     def _iter(self) -> Iterator[tuple[int, dict | DeadLetter]]:
         index = 0
