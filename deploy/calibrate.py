@@ -55,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from shiftwatch.sinks.key_label import key_label
+
 __all__ = ["Calibration", "calibrate", "block_length", "stationary_bootstrap",
            "parse_budget", "garwood_interval", "UNITS"]
 
@@ -203,21 +205,28 @@ class _KeyHistory:
 
 def _histories(records: Iterable[Any], labels: Sequence[int], margin: int,
                min_segment: int) -> tuple[list[_KeyHistory], dict]:
+    from collections import Counter
+
+    from shiftwatch.deploy.executor import reason_kind
     from shiftwatch.operators import DeadLetter
 
     by_key: dict[Any, dict[str, list]] = {}
-    n_records = n_dead = 0
+    n_records = 0
+    unusable: Counter[str] = Counter()  # why records were skipped, by kind
     for offset, rec in enumerate(records):
-        if isinstance(rec, DeadLetter) or not isinstance(rec, Mapping) or "value" not in rec:
-            n_dead += 1
+        if isinstance(rec, DeadLetter):
+            unusable[reason_kind(rec.reason)] += 1
+            continue
+        if not isinstance(rec, Mapping) or "value" not in rec:
+            unusable["record has no value"] += 1
             continue
         try:
             value = np.asarray(rec["value"], dtype=np.float64)
-        except (TypeError, ValueError):
-            n_dead += 1
+        except (TypeError, ValueError, OverflowError):
+            unusable["value is not numeric"] += 1
             continue
         if not np.all(np.isfinite(value)):
-            n_dead += 1
+            unusable["value is not finite"] += 1
             continue
         key = rec.get("key")
         key = tuple(key) if isinstance(key, list) else key
@@ -233,7 +242,8 @@ def _histories(records: Iterable[Any], labels: Sequence[int], margin: int,
     for key, d in by_key.items():
         shapes = {v.shape for v in d["val"]}
         if len(shapes) != 1:
-            raise ValueError(f"key {key!r}: values have several shapes {sorted(shapes)}")
+            raise ValueError(f"key {key_label(key)}: values have several shapes "
+                             f"{sorted(shapes)}")
         off = np.asarray(d["off"])
         vals = np.stack(d["val"])
         ts = np.asarray(d["ts"])
@@ -262,7 +272,9 @@ def _histories(records: Iterable[Any], labels: Sequence[int], margin: int,
             continue
         dt = sum(s for s, _ in dts) / sum(k for _, k in dts) if dts else None
         out.append(_KeyHistory(key=key, segments=segs, dt=dt))
-    info = {"records": n_records, "unusable": n_dead, "cut": cut_total, "keys": len(by_key)}
+    info = {"records": n_records, "unusable": sum(unusable.values()),
+            "unusable_reasons": dict(unusable.most_common()), "cut": cut_total,
+            "keys": len(by_key)}
     return out, info
 
 
@@ -407,23 +419,48 @@ class Calibration:
                 f"{i['quiet']} records in {i['segments']} segment(s), {i['keys']} key(s), "
                 f"block length {i['block']}; {i['replicates']} replicates, "
                 f"{i['exposure_records']} records per candidate")
+        skipped = i.get("unusable_reasons") or {}
+        if skipped:
+            n = sum(skipped.values())
+            head += (f"\nskipped {n} record{'' if n == 1 else 's'} the history cannot use: "
+                     + ", ".join(f"{k} x {r}" for r, k in skipped.items()))
         if self.chosen is None:
             return head + "\nno value in the range fits the budget"
         return head
 
     def write(self, out_dir: str | Path) -> list[Path]:
-        """Write ``calibration.json`` and ``calibrated.yaml`` into ``out_dir``."""
+        """Write ``calibration.json`` and ``calibrated.yaml`` into ``out_dir``, each whole or
+        not at all; return their paths.
+
+        Raises :class:`~shiftwatch.sinks.atomic_file.WriteFailed` (its ``failed`` names each
+        file that could not be written, ``written`` the others) when one could not.
+        """
         import yaml
+
+        from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        j = out / "calibration.json"
-        j.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        y = out / "calibrated.yaml"
         head = (f"# shiftwatch calibrate: {self.param} chosen for a budget of "
                 f"{_fmt(self.budget)} false alarms per {self.unit}\n")
-        y.write_text(head + yaml.safe_dump(self.pipeline_fragment(), sort_keys=False))
-        return [j, y]
+        files = {out / "calibration.json": json.dumps(self.to_dict(), indent=2) + "\n",
+                 out / "calibrated.yaml": head + yaml.safe_dump(self.pipeline_fragment(),
+                                                               sort_keys=False)}
+        written: list[Path] = []
+        failed: dict[str, str] = {}
+        errno = None
+        for path, text in files.items():
+            try:
+                with AtomicFile(path) as fh:
+                    fh.write(text)
+            except WriteFailed as exc:
+                failed.update(exc.failed)
+                errno = errno or exc.errno
+            else:
+                written.append(path)
+        if failed:
+            raise WriteFailed(failed, written, errno=errno)
+        return written
 
 
 def _fmt(v: float | None) -> str:

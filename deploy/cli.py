@@ -155,6 +155,7 @@ def _build_operators(stages: list[dict]) -> list:
 def cmd_replay(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.local import Pipeline
     from shiftwatch.sinks import ConsoleAlarmSink, DeadLetterSink, EvaluationSink, JsonlSink
+    from shiftwatch.sinks.atomic_file import WriteFailed
     from shiftwatch.streams import open_source
 
     if not getattr(args, "stages", None):
@@ -185,7 +186,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                     name=getattr(source, "name", args.source), operator=op_label,
                                     plots=not args.no_plots, parameters=parameters,
                                     channels=getattr(source, "columns", None))
-    sinks = [JsonlSink(out / "outputs.jsonl"), evaluation]
+    outputs = JsonlSink(out / "outputs.jsonl")
+    sinks = [outputs, evaluation]
     if not args.quiet:
         sinks.append(ConsoleAlarmSink(stream=sys.stdout, max_rows=args.max_rows))
     dead = DeadLetterSink(out / "dead_letters.jsonl")
@@ -195,25 +197,52 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         server = MetricsServer(port=args.metrics_port).start()
         metrics = server.stage("replay", str(getattr(source, "name", args.source)))
+    stopped: WriteFailed | None = None
     try:
         summary = Pipeline(source, ops, sinks, dead_letters=dead, batch_size=args.batch_size,
                            speed=args.speed, progress=not args.no_progress,
                            metrics=metrics).run()
+    except WriteFailed as exc:  # a file could not be written (a full disk): the run stopped
+        summary, stopped = None, exc
     finally:
         if server is not None:
             server.close()
-    print(summary.line())
-    blank = getattr(source, "blank_lines", 0)
-    if blank:
-        print(f"skipped {blank} blank line{'' if blank == 1 else 's'} of {args.source}")
-    if summary.dead_letters:
-        reasons = ", ".join(f"{n} x {r}" for r, n in sorted(
-            summary.dead_letter_reasons.items(), key=lambda kv: -kv[1]))
-        print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
+    if summary is not None:
+        print(summary.line())
+        blank = getattr(source, "blank_lines", 0)
+        if blank:
+            print(f"skipped {blank} blank line{'' if blank == 1 else 's'} of {args.source}")
+        if summary.dead_letters and dead.written:
+            reasons = ", ".join(f"{n} x {r}" for r, n in sorted(
+                summary.dead_letter_reasons.items(), key=lambda kv: -kv[1]))
+            print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
     _print_scores(getattr(evaluation, "report", None) or {})
-    print(f"wrote {out / 'outputs.jsonl'}, {out / 'report.json'}, {out / 'report.html'}"
-          + ("" if args.no_plots else f", {out}/*.png"))
-    return 130 if summary.interrupted else 0
+    done = set(evaluation.written) | ({str(outputs.path)} if outputs.written else set())
+    written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "report.html")
+               if str(p) in done]
+    if any(p.endswith(".png") for p in done):
+        written.append(f"{out}/*.png")
+    if written:
+        print("wrote " + ", ".join(written))
+    failed = dict(stopped.failed) if stopped is not None else {}
+    for sink in (outputs, dead):
+        if sink.error is not None:
+            failed[str(sink.path)] = sink.error
+    failed.update(evaluation.failed)
+    if _print_failed(failed, stopped):
+        return EXIT_USAGE
+    return 130 if summary is not None and summary.interrupted else 0
+
+
+def _print_failed(failed: dict[str, str], stopped: Exception | None = None) -> bool:
+    """One line on stderr per file that could not be written; whether there was any."""
+    first = next(iter(getattr(stopped, "failed", {})), None)
+    for path, reason in failed.items():
+        notes = [*(["the run stopped there"] if path == first else []),
+                 *(["the file there is from before"] if os.path.exists(path) else [])]
+        print(f"shiftwatch: error: cannot write {path}: {reason}"
+              + (f" ({'; '.join(notes)})" if notes else ""), file=sys.stderr)
+    return bool(failed)
 
 
 def _print_scores(report: dict) -> None:
@@ -372,11 +401,43 @@ def cmd_produce(args: argparse.Namespace) -> int:
         first = ", ".join(f"{k} {v}" for k, v in (summary.first_dead or {}).items())
         print(f"dead letters (not produced){where}: {reasons}"
               + (f"; first at {first}" if first else ""))
+    if dead is not None and _print_failed({str(dead.path): dead.error} if dead.error else {}):
+        return EXIT_USAGE
     return 130 if summary.interrupted else 0
+
+
+def _history(source: Any, spec: str) -> Iterator[Any]:
+    """The items of ``source`` for ``calibrate``, which runs inside :func:`user_input`.
+
+    A source yields a dead letter for input it cannot read; one that raises
+    :class:`~shiftwatch.operators.records.BadInput` instead stops the reading with one line
+    naming the record. Any other ``ValueError`` it raises is a bug, not the user's: it is
+    passed on as a ``RuntimeError`` so that :func:`user_input` does not print its bare
+    message as the user's error, and ``main`` shows its traceback.
+    """
+    from shiftwatch.operators.records import BadInput
+
+    items = iter(source)
+    n = 0
+    while True:
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        except BadInput as exc:
+            raise UserError(f"{spec}: cannot read past record {n}: {exc}") from None
+        except UserError:
+            raise
+        except ValueError as exc:
+            raise RuntimeError(f"{spec}: reading record {n} failed: {type(exc).__name__}: "
+                               f"{exc}") from exc
+        yield item
+        n += 1
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.calibrate import calibrate
+    from shiftwatch.sinks.atomic_file import WriteFailed
     from shiftwatch.streams import open_source
 
     if not getattr(args, "stages", None):
@@ -390,8 +451,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     labels = sorted({int(c) for points in annotations.values() for c in points})
     try:
         with user_input():  # calibrate checks its arguments and the history before resampling
-            cal = calibrate(source, stages[-1][0], stages[-1][1], budget=args.budget,
-                            per=args.budget_per, labels=labels, margin=args.margin,
+            cal = calibrate(_history(source, args.source), stages[-1][0], stages[-1][1],
+                            budget=args.budget, per=args.budget_per, labels=labels,
+                            margin=args.margin,
                             before=stages[:-1], exposure=args.exposure, grid=args.grid,
                             delay_runs=args.delay_runs, seed=args.seed)
     finally:
@@ -400,7 +462,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             close()
     print(cal.summary())
     print(cal.table())
-    written = cal.write(args.out)
+    try:
+        written = cal.write(args.out)
+    except WriteFailed as exc:
+        if exc.written:
+            print("wrote " + ", ".join(exc.written))
+        _print_failed(exc.failed)
+        return EXIT_USAGE
     if cal.chosen is None:
         raise UserError(f"no {cal.param} in the declared range keeps false alarms within the "
                         f"budget on this history; allow a larger --budget (table above; "

@@ -13,6 +13,8 @@ from shiftwatch._lazy import lazy_exports
 #: public name -> module that defines it (imported on first attribute access, PEP 562)
 _LAZY = {
     "Sink": "shiftwatch.sinks.base",
+    "AtomicFile": "shiftwatch.sinks.atomic_file",
+    "WriteFailed": "shiftwatch.sinks.atomic_file",
     "JsonlSink": "shiftwatch.sinks.files",
     "CsvSink": "shiftwatch.sinks.files",
     "ConsoleAlarmSink": "shiftwatch.sinks.files",
@@ -22,6 +24,7 @@ _LAZY = {
     "evaluate_detector": "shiftwatch.sinks.scoring",
     "merge_change_points": "shiftwatch.sinks.scoring",
     "jsonable": "shiftwatch.sinks.files",
+    "key_label": "shiftwatch.sinks.key_label",
     "true_positives": "shiftwatch.sinks.metrics",
     "f_measure": "shiftwatch.sinks.metrics",
     "covering": "shiftwatch.sinks.metrics",

@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.codec import jsonable, key_text
+from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed
 from shiftwatch.sinks.base import Sink
+from shiftwatch.sinks.key_label import key_label
 from shiftwatch.sinks.learner_scores import learner_metrics
 from shiftwatch.sinks.plots import plot_accuracy, plot_series, plot_statistic
 from shiftwatch.sinks.scoring import (
@@ -105,7 +107,7 @@ class _KeyTrace:
     def value_labels(self) -> list[str]:
         kind, d = self.value_kind or ("scalar", 1)
         if kind == "coords" and self.channels is not None and len(self.channels) == d:
-            return [str(c) for c in self.channels]
+            return [key_label(str(c)) for c in self.channels]
         return {"scalar": ["value"], "trace": ["trace(value)"], "norm": ["|value|"]}.get(
             kind, [f"value[{i}]" for i in range(d)]
         )
@@ -240,6 +242,8 @@ class EvaluationSink(Sink):
         self.report: dict | None = None
         self._traces: dict[Hashable, _KeyTrace] = {}
         self._files: list[str] = []
+        self.written: list[str] = []
+        self.failed: dict[str, str] = {}
         self._closed = False
         self._seq = 0
         self._plot_data: dict = {}
@@ -273,8 +277,11 @@ class EvaluationSink(Sink):
     def close(self) -> None:
         """Compute the report, write ``report.json`` and the plots (once).
 
-        A failing plot is reported under ``plot_errors`` and does not stop the report. The
-        collected records are released in ``finally``.
+        A failing plot is reported under ``plot_errors`` and does not stop the report. Each
+        file is written whole or not at all (:class:`~shiftwatch.sinks.atomic_file.AtomicFile`):
+        ``written`` lists the files written, ``failed`` maps each file that could not be
+        (a full disk) to the reason; close never raises for those. The collected records are
+        released in ``finally``.
         """
         if self._closed:
             return
@@ -296,12 +303,8 @@ class EvaluationSink(Sink):
                     report["html"] = os.path.join(os.fspath(self.out_dir), "report.html")
             report["plots"] = list(self._files)
             self.report = jsonable(report)
-            path = os.path.join(self.out_dir, "report.json")
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(self.report, fh, indent=2, allow_nan=False)
-                fh.write("\n")
-            os.replace(tmp, path)
+            text = json.dumps(self.report, indent=2, allow_nan=False) + "\n"
+            self._write_file("report.json", "w", lambda fh: fh.write(text))
         finally:
             self._traces = {}
             self._plot_data = {}
@@ -311,25 +314,41 @@ class EvaluationSink(Sink):
         report)."""
         from shiftwatch.sinks.html_report import render_html_report
 
-        path = os.path.join(self.out_dir, "report.html")
         try:
             page = render_html_report(report, list(self._plot_data.items()), key_text,
                                       parameters=jsonable(self.parameters or {}))
-            with open(path + ".tmp", "w", encoding="utf-8") as fh:
-                fh.write(page)
-            os.replace(path + ".tmp", path)
         except Exception as exc:
             return f"report.html: {type(exc).__name__}: {exc}"
+        if not self._write_file("report.html", "w", lambda fh: fh.write(page)):
+            return f"report.html: {self.failed[self._path('report.html')]}"
         return None
 
+    def _path(self, fname: str) -> str:
+        return os.path.join(os.fspath(self.out_dir), fname)
+
+    def _write_file(self, fname: str, mode: str, write: Any) -> bool:
+        """Write ``out_dir/fname`` whole with ``write(file)``; a failure goes to ``failed``."""
+        path = self._path(fname)
+        try:
+            with AtomicFile(path, mode) as fh:
+                write(fh)
+        except WriteFailed as exc:
+            self.failed.update(exc.failed)
+            return False
+        self.written.append(path)
+        return True
+
     def summary(self) -> dict:
-        """The report path, the plots, and the report's ``summary`` block (after close)."""
+        """The report path, the plots, and the report's ``summary`` block (after close);
+        ``failed`` (file -> reason) when a file could not be written."""
         out: dict[str, Any] = {
             "report": os.path.join(os.fspath(self.out_dir), "report.json"),
             "plots": list(self._files),
         }
         if self.report:
             out.update(self.report["summary"])
+        if self.failed:
+            out["failed"] = dict(self.failed)
         return out
 
     # ---- scoring ------------------------------------------------------------------------
@@ -448,9 +467,11 @@ class EvaluationSink(Sink):
                 fig = draw(data, self.max_panels, self.name)
                 if fig is None:
                     continue
-                path = os.path.join(self.out_dir, fname)
-                fig.savefig(path, dpi=100)
-                self._files.append(path)
+                if self._write_file(fname, "wb",
+                                    lambda fh, fig=fig: fig.savefig(fh, format="png", dpi=100)):
+                    self._files.append(self._path(fname))
+                else:
+                    errors.append(f"{fname}: {self.failed[self._path(fname)]}")
             except Exception as exc:  # a plot must never cost the report
                 errors.append(f"{fname}: {type(exc).__name__}: {exc}")
         return errors

@@ -2,6 +2,12 @@
 
 Every sink here turns NumPy scalars and arrays into plain JSON values (see :func:`jsonable`),
 so operator outputs that carry ``np.float64`` or ``np.ndarray`` fields serialise as they are.
+
+The file sinks write whole files or none (:class:`~shiftwatch.sinks.atomic_file.AtomicFile`):
+records go to a temporary file beside the target, which :meth:`close` renames into place.
+A write that fails (a full disk) removes the temporary, raises
+:class:`~shiftwatch.sinks.atomic_file.WriteFailed` (an ``OSError`` naming the file) and
+refuses further writes; the reason stays in the sink's ``error`` and ``summary()``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import numpy as np
 
 from shiftwatch.operators.codec import dumps_record, jsonable
 from shiftwatch.operators.records import DeadLetter
+from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed, reason_of
 from shiftwatch.sinks.base import Sink
+from shiftwatch.sinks.key_label import key_label
 
 __all__ = [
     "jsonable",
@@ -42,23 +50,63 @@ def _make_parent(path: str | os.PathLike) -> None:
 
 
 class _FileSink(Sink):
-    """A sink writing one text file held in ``_file`` (None when not open)."""
+    """A sink writing one text file, ``path``, through a temporary held in ``_file``.
 
+    ``written`` becomes True when :meth:`close` has put the complete file in place; ``error``
+    says why it could not be written (nothing of it is then left).
+    """
+
+    path: Any = None
     _file: IO[str] | None = None
+    _target: AtomicFile | None = None
+    error: str | None = None
+    written: bool = False
+
+    def _open_file(self, mode: str = "w", newline: str | None = None) -> None:
+        self._refuse_after_failure()
+        _make_parent(self.path)
+        self._target = AtomicFile(self.path, mode, newline=newline)
+        self._file = self._target.open()
+        self.written = False
+
+    def _refuse_after_failure(self) -> None:
+        if self.error is not None:  # what was written before is gone: never write a part
+            raise WriteFailed({self.path: self.error})
+
+    def _failed(self, exc: OSError) -> WriteFailed:
+        """Remove the temporary, keep the reason, and return the error to raise."""
+        target, self._target, self._file = self._target, None, None
+        if target is not None:
+            target.discard()
+        self.error = reason_of(exc)
+        return WriteFailed({self.path: self.error}, errno=exc.errno)
 
     def flush(self) -> None:
-        """Flush the file buffer to the operating system."""
+        """Flush the file buffer to the temporary file (the file appears at :meth:`close`)."""
         if self._file is not None:
-            self._file.flush()
+            try:
+                self._file.flush()
+            except OSError as exc:
+                raise self._failed(exc) from exc
 
     def close(self) -> None:
-        """Flush and close the file; a second call does nothing."""
-        file, self._file = self._file, None
-        if file is not None:
-            try:
-                file.flush()
-            finally:
-                file.close()
+        """Write the file out (flushed, synced to the disk, renamed into place); a second call
+        does nothing. Never raises, so that the runner closes every sink: a failure is in
+        ``error`` and :meth:`summary`."""
+        target, self._target, self._file = self._target, None, None
+        if target is None:
+            return
+        try:
+            target.commit()
+        except OSError as exc:
+            self.error = reason_of(exc)
+        else:
+            self.written = True
+
+    def _status(self, out: dict) -> dict:
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 class JsonlSink(_FileSink):
@@ -91,21 +139,25 @@ class JsonlSink(_FileSink):
         self._count = 0
 
     def open(self) -> None:
-        """Create the parent directories and open the file. May raise ``OSError``."""
+        """Create the parent directories and the temporary file. May raise ``OSError``."""
         if self._file is None:
-            _make_parent(self.path)
-            self._file = open(self.path, "a" if self.append else "w", encoding="utf-8")
+            self._open_file("a" if self.append else "w")
 
     def write(self, records: Sequence[dict]) -> None:
-        """Append ``records``, one JSON line each (buffered until :meth:`flush`)."""
+        """Append ``records``, one JSON line each. Raises :class:`WriteFailed` when the file
+        cannot be written (a full disk)."""
+        self._refuse_after_failure()
         if self._file is None:
             self.open()
         assert self._file is not None
-        self._file.writelines(_dumps(r) + "\n" for r in records)
+        try:
+            self._file.writelines(_dumps(r) + "\n" for r in records)
+        except OSError as exc:
+            raise self._failed(exc) from exc
         self._count += len(records)
 
     def summary(self) -> dict:
-        return {"path": os.fspath(self.path), "records": self._count}
+        return self._status({"path": os.fspath(self.path), "records": self._count})
 
 
 class CsvSink(_FileSink):
@@ -152,18 +204,28 @@ class CsvSink(_FileSink):
         self._count = 0
 
     def open(self) -> None:
-        """Create the parent directories and open the file. May raise ``OSError``."""
+        """Create the parent directories and the temporary file. May raise ``OSError``."""
         if self._file is None:
-            _make_parent(self.path)
-            self._file = open(self.path, "w", encoding="utf-8", newline="")
+            self._open_file("w", newline="")
             self._writer = csv.writer(self._file, lineterminator="\n")
             if self._columns is not None:
-                self._writer.writerow(self._columns)
+                try:
+                    self._writer.writerow(self._columns)
+                except OSError as exc:
+                    raise self._failed(exc) from exc
 
     def write(self, records: Sequence[dict]) -> None:
-        """Append one row per record; the first record fixes the columns if none were given."""
+        """Append one row per record; the first record fixes the columns if none were given.
+        Raises :class:`WriteFailed` when the file cannot be written."""
+        self._refuse_after_failure()
         if self._file is None:
             self.open()
+        try:
+            self._write_rows(records)
+        except OSError as exc:
+            raise self._failed(exc) from exc
+
+    def _write_rows(self, records: Sequence[dict]) -> None:
         for record in records:
             if not isinstance(record, Mapping):
                 record = jsonable(record)
@@ -179,11 +241,11 @@ class CsvSink(_FileSink):
             self._count += 1
 
     def summary(self) -> dict:
-        return {
+        return self._status({
             "path": os.fspath(self.path),
             "records": self._count,
             "dropped_fields": sorted(self._dropped),
-        }
+        })
 
 
 def _cell(value: Any) -> str:
@@ -269,7 +331,7 @@ class ConsoleAlarmSink(Sink):
                 (
                     order,
                     (
-                        _text(record.get("key")),
+                        _key(record.get("key")),
                         _text(offset),
                         jsonable(record.get("ts")),
                         _text(record.get("change_at")),
@@ -332,6 +394,10 @@ class ConsoleAlarmSink(Sink):
 
     def summary(self) -> dict:
         return {"alarms": self._count}
+
+
+def _key(key: Any) -> str:
+    return "-" if key is None else key_label(jsonable(key))
 
 
 def _text(value: Any, exact: bool = False) -> str:
@@ -485,15 +551,17 @@ class DeadLetterSink(_FileSink):
         self._file: IO[str] | None = None
 
     def open(self) -> None:
-        """Open the file if a path was given. May raise ``OSError``."""
+        """Create the temporary file if a path was given. May raise ``OSError``."""
         if self.path is not None and self._file is None:
-            _make_parent(self.path)
-            self._file = open(self.path, "w", encoding="utf-8")
+            self._open_file("w")
 
     def write(self, records: Sequence[DeadLetter | dict]) -> None:
-        """Record each dead letter and count it by reason."""
-        if self.path is not None and self._file is None:
-            self.open()
+        """Record each dead letter and count it by reason. Raises :class:`WriteFailed` when
+        the file cannot be written."""
+        if self.path is not None:
+            self._refuse_after_failure()
+            if self._file is None:
+                self.open()
         for item in records:
             if isinstance(item, DeadLetter):
                 record = item.to_record()
@@ -507,7 +575,10 @@ class DeadLetterSink(_FileSink):
             self.count += 1
             self.by_reason[str(record.get("reason"))] += 1
             if self._file is not None:
-                self._file.write(_dumps(record) + "\n")
+                try:
+                    self._file.write(_dumps(record) + "\n")
+                except OSError as exc:
+                    raise self._failed(exc) from exc
             else:
                 self.records.append(record)
 
@@ -519,4 +590,4 @@ class DeadLetterSink(_FileSink):
         }
         if self.path is not None:
             out["path"] = os.fspath(self.path)
-        return out
+        return self._status(out)

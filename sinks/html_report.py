@@ -70,8 +70,10 @@ def _time_axis(trace: Any, points: int = 2000) -> dict | None:
 
 
 def _key_payload(key_text: str, d: Mapping, entry: Mapping, max_points: int) -> dict:
+    from shiftwatch.sinks.key_label import key_label
+
     trace = d["trace"]
-    out: dict[str, Any] = {"key": key_text, "n": int(d["n"])}
+    out: dict[str, Any] = {"key": key_label(key_text), "n": int(d["n"])}
     if trace.input_offsets:
         width = max(len(v) for v in trace.values)
         values = np.array([v + (math.nan,) * (width - len(v)) for v in trace.values])

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from shiftwatch.operators.codec import key_text
+from shiftwatch.sinks.key_label import key_label
 from shiftwatch.sinks.metrics import (
     prequential_accuracy,
 )
@@ -114,7 +114,7 @@ def _located_marks(ax: Any, located: Sequence[int], x: Any = None) -> None:
 
 
 def _key_title(key: Any) -> str:
-    return "unkeyed stream" if key is None else f"key {key_text(key)}"
+    return "unkeyed stream" if key is None else f"key {key_label(key)}"
 
 
 def _panel_title(fig: Any, name: str, what: str, shown: int, total: int) -> None:
@@ -252,7 +252,7 @@ def plot_accuracy(data: list, max_panels: int, name: str) -> Any:
                 [outputs[i]["y"] for i in idx], [outputs[i][field] for i in idx]
             )
             ax2.plot(
-                idx, curve, linewidth=0.9, marker=".", markersize=2, label=f"task {key_text(task)}"
+                idx, curve, linewidth=0.9, marker=".", markersize=2, label=f"task {key_label(task)}"
             )
         ax2.set_ylim(-0.02, 1.02)
         ax2.set_ylabel(f"cumulative accuracy per task ({field})")

@@ -21,6 +21,11 @@ Conventions shared by both sources:
   for an item of the iteration under way, so that a record an operator rejects is also traced
   back to its line.
 * Blank lines are skipped and counted in ``source.blank_lines``.
+* A line that is not valid UTF-8 is a dead letter whose ``raw_base64`` holds its exact bytes
+  (never a record with U+FFFD in it, which would merge different keys into one).
+* A damaged ``.gz`` file (truncated, a bad CRC, corrupt data) is read up to the damage; the
+  rest becomes one dead letter saying where and why (``file is truncated after line N:
+  compressed stream ended early``), whose raw is the line the damage cut short.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ import gzip
 import io
 import math
 import os
+import re
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -57,11 +64,176 @@ def _check_path(path: str | os.PathLike) -> str:
     return p
 
 
-def _open_text(path: str) -> io.TextIOBase:
-    # utf-8-sig drops a byte-order mark; a few undecodable bytes must not stop a replay.
+#: A numeric cell with more digits than this is refused: ``float`` would round it to infinity
+#: or to 17 significant digits, ``int`` refuses 4300 and more, and no measurement needs them.
+MAX_NUMBER_DIGITS = 1000
+
+# The JSON number grammar (RFC 8259), plus a leading "+"; and the non-finite spellings float()
+# reads, which pass the grammar only for the value check to reject them as not finite.
+_NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)")
+#: A number by that grammar with too few digits to reach MAX_NUMBER_DIGITS.
+_SHORT_NUMBER = re.compile(
+    r"[+-]?(?:0|[1-9][0-9]{0,99})(?:\.[0-9]{1,99})?(?:[eE][+-]?[0-9]{1,9})?").fullmatch
+_NON_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
+# Bytes that are not UTF-8, as the "surrogateescape" error handler decodes them.
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+# A quoted CSV field, a quote inside it doubled (unrolled: linear time, even when unclosed).
+_QUOTED = re.compile(r'"[^"]*(?:""[^"]*)*"')
+
+
+class _GuardedGzip(io.BufferedIOBase):
+    """A ``.gz`` file that ends where it is damaged instead of raising; ``error`` says how.
+
+    Everything decompressed before the damage is read as usual: the text stream above it sees
+    an end of file, and the source turns the rest into one dead letter (:func:`_damage_reason`).
+    """
+
+    def __init__(self, gz: gzip.GzipFile):
+        self._gz = gz
+        self.error: BaseException | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._guard(self._gz.read, size)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._guard(self._gz.read1, size)
+
+    def _guard(self, read, size) -> bytes:
+        if self.error is not None:
+            return b""
+        try:
+            return read(-1 if size is None else size)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            self.error = exc
+            return b""
+
+    def close(self) -> None:
+        try:
+            self._gz.close()
+        finally:
+            super().close()
+
+
+def _open_text(path: str) -> tuple[io.TextIOWrapper, _GuardedGzip | None]:
+    """The file as text, and for a ``.gz`` file the guard that notes where it is damaged.
+
+    utf-8-sig drops a byte-order mark; bytes that are not UTF-8 are kept as lone surrogates
+    ("surrogateescape") so that the line holding them becomes a dead letter with its exact
+    bytes (see :func:`_undecodable`), never a record with U+FFFD in it.
+    """
     if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
-    return open(path, encoding="utf-8-sig", errors="replace", newline="")
+        guard = _GuardedGzip(gzip.open(path, "rb"))
+        return io.TextIOWrapper(guard, encoding="utf-8-sig", errors="surrogateescape",
+                                newline=""), guard
+    return open(path, encoding="utf-8-sig", errors="surrogateescape", newline=""), None
+
+
+def _damage(exc: BaseException) -> str:
+    """What is wrong with a damaged ``.gz`` file, in a few words."""
+    return "compressed stream ended early" if isinstance(exc, EOFError) else str(exc)
+
+
+def _damage_reason(exc: BaseException, after: int) -> str:
+    """Why a ``.gz`` file could not be read past line ``after``: the reason of its tail."""
+    if isinstance(exc, EOFError):
+        return f"file is truncated after line {after}: {_damage(exc)}"
+    text = str(exc)
+    if text.startswith("CRC check failed"):
+        return (f"gzip CRC check failed after line {after} ({text[16:].strip()}): the lines "
+                "before it may be damaged")
+    return f"compressed data is corrupt after line {after}: {text}"
+
+
+def _undecodable(text: str) -> str | None:
+    """Where ``text`` (decoded with surrogateescape) holds a byte that is not UTF-8, or None."""
+    if text.isascii():
+        return None
+    m = _UNDECODABLE.search(text)
+    if m is None:
+        return None
+    return (f"line is not valid UTF-8, got byte 0x{ord(m.group()) - 0xDC00:02x} at column "
+            f"{m.start() + 1}")
+
+
+def _raw(text: str) -> str | bytes:
+    """A line as a dead letter keeps it: the text, or its exact bytes when some are not UTF-8."""
+    return text.encode("utf-8", "surrogateescape") if _undecodable(text) else text
+
+
+def _quoting_error(text: str, delimiter: str) -> str | None:
+    """What breaks RFC 4180 quoting in one CSV line, or None.
+
+    A field is either quoted (``"..."``, a quote inside written ``""``) and then followed by
+    the delimiter or the end of the line, or unquoted and then holds no quote.
+
+    >>> print(_quoting_error('1,"a, ""b"" c",3', ","))
+    None
+    >>> _quoting_error('1,"a', ",")
+    'broken quoting: field 2 opens a quote that is not closed'
+    >>> _quoting_error('"a"b,3', ",")
+    'broken quoting: field 1 has text after its closing quote'
+    >>> _quoting_error('12" pipe,3', ",")
+    'broken quoting: field 1 has a quote but is not quoted'
+    """
+    if '"' not in text:
+        return None
+    pos, field, end = 0, 1, len(text)
+    while True:
+        if text.startswith('"', pos):
+            m = _QUOTED.match(text, pos)
+            if m is None:
+                return f"broken quoting: field {field} opens a quote that is not closed"
+            pos = m.end()
+            if pos < end and text[pos] != delimiter:
+                return f"broken quoting: field {field} has text after its closing quote"
+        else:
+            stop = text.find(delimiter, pos)
+            stop = end if stop < 0 else stop
+            if '"' in text[pos:stop]:
+                return f"broken quoting: field {field} has a quote but is not quoted"
+            pos = stop
+        if pos >= end:
+            return None
+        pos += 1
+        field += 1
+
+
+def _check_digits(cell: str, name: str) -> None:
+    """Refuse a number (``cell`` matches the grammar) of more than MAX_NUMBER_DIGITS digits."""
+    if sum(c.isdigit() for c in cell) > MAX_NUMBER_DIGITS:
+        raise BadInput(f"{name}: number has more than {MAX_NUMBER_DIGITS} digits")
+
+
+def read_number(text: str, name: str = "value", hint: str = "") -> float:
+    """A numeric cell as a finite float, or raise :class:`BadInput`.
+
+    The cell must be a JSON number (``-12``, ``0.5``, ``1e-3``), optionally with a leading
+    ``+`` and surrounding blanks, of at most :data:`MAX_NUMBER_DIGITS` digits; ``nan`` and
+    ``inf`` are read only to be refused as not finite. ``hint`` ends the message of a cell
+    that is not a number.
+
+    >>> read_number(" +2.5e1 ")
+    25.0
+    >>> read_number("1_000")
+    Traceback (most recent call last):
+    ...
+    shiftwatch.operators.records.BadInput: value '1_000' is not a number
+    >>> read_number("-inf", "temp")
+    Traceback (most recent call last):
+    ...
+    shiftwatch.operators.records.BadInput: temp is not finite: -inf
+    """
+    cell = text.strip()
+    if _NUMBER.fullmatch(cell) is None:
+        if _NON_FINITE.fullmatch(cell) is None:
+            raise BadInput(f"{name} {cell[:40]!r} is not a number{hint}")
+    elif len(cell) > MAX_NUMBER_DIGITS:
+        _check_digits(cell, name)
+    return as_scalar(cell, name)
 
 
 def _stem(path: str) -> str:
@@ -115,6 +287,8 @@ def parse_ts(raw: Any, ts_format: str | None) -> float:
     if ts_format is None:
         if raw is None or raw == "":
             raise BadInput("ts is empty")
+        if isinstance(raw, str):
+            return read_number(raw, "ts", hint=" (give ts_format to parse dates)")
         try:
             return as_scalar(raw, "ts")
         except BadInput as exc:
@@ -135,19 +309,20 @@ def parse_ts(raw: Any, ts_format: str | None) -> float:
     return dt.timestamp()
 
 
-def _label(text: str) -> Any:
-    """CSV text of a label: int, float, the string, or None when empty."""
+def _label(text: str, name: str) -> Any:
+    """CSV text of a label: int or float when it is a (finite) number by the grammar of
+    :func:`read_number`, else the string; None when empty."""
     text = text.strip()
     if text == "":
         return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        x = float(text)
-    except ValueError:
+    integer = _INTEGER.fullmatch(text) is not None
+    if not integer and _NUMBER.fullmatch(text) is None:
         return text
+    if len(text) > MAX_NUMBER_DIGITS:
+        _check_digits(text, name)
+    if integer:
+        return int(text)
+    x = float(text)
     return x if math.isfinite(x) else text
 
 
@@ -215,8 +390,54 @@ class _FileSource(Source):
         """The value columns, in the order of the vector."""
         return list(self._columns)
 
-    def _dead(self, raw: str, reason: str, line: int) -> DeadLetter:
+    def _dead(self, raw: str | bytes, reason: str, line: int) -> DeadLetter:
         return DeadLetter(raw=raw, reason=reason, origin={"file": self.path, "line": line})
+
+    def _lines(self, skip: int = 0) -> Iterator[tuple[int, str | DeadLetter]]:
+        """The file's lines after the first ``skip``: (number, text without its line break).
+
+        Blank lines are skipped and counted. A line that is not UTF-8 comes as (number,
+        DeadLetter) with its exact bytes; so does the tail of a damaged ``.gz`` file, after
+        every line read before the damage (the line the damage cut short is its raw text).
+        """
+        f, guard = _open_text(self.path)
+        lineno, tail = 0, ""
+        with f:
+            for lineno, line in enumerate(f, start=1):
+                if lineno <= skip:
+                    continue
+                if guard is not None and guard.error is not None and \
+                        line[-1:] not in ("\n", "\r"):
+                    tail = line
+                    break
+                text = line.rstrip("\r\n")
+                if not text.strip():
+                    self.blank_lines += 1
+                    continue
+                if not text.isascii():
+                    bad = _undecodable(text)
+                    if bad is not None:
+                        yield lineno, self._dead(_raw(text), bad, lineno)
+                        continue
+                yield lineno, text
+            else:
+                lineno += 1
+        if guard is not None and guard.error is not None:
+            yield lineno, self._dead(_raw(tail), _damage_reason(guard.error, lineno - 1), lineno)
+
+    def _readable(self, whole_line: bool = True) -> str:
+        """The first line (or only its first character), checked to be readable: raises
+        ``ValueError`` saying why not, e.g. for a ``.gz`` file damaged within that much."""
+        try:
+            f, guard = _open_text(self.path)
+            with f:
+                first = f.readline() if whole_line else f.read(1)
+        except OSError as exc:
+            raise ValueError(f"cannot read {self.path}: {exc}") from None
+        if guard is not None and guard.error is not None and (
+                first[-1:] not in ("\n", "\r") if whole_line else not first):
+            raise ValueError(f"cannot read {self.path}: {_damage(guard.error)} in line 1")
+        return first
 
     def __iter__(self) -> Iterator[dict | DeadLetter]:
         it = self._traced(self._iter())
@@ -278,7 +499,13 @@ class CsvSource(_FileSource):
     Notes
     -----
     Each physical line is one row: quoted fields may contain the delimiter but not a line
-    break. Blank lines are skipped (counted in ``blank_lines``). A row with the wrong number
+    break. Quoting follows RFC 4180 (a quoted field is closed and followed by the delimiter or
+    the line's end, a quote inside it doubled; an unquoted field holds no quote); a line that
+    breaks it is a dead letter. Numeric cells (the value, a ts without ``ts_format``) are JSON
+    numbers (``-1.5e3``; no ``1_000``, ``.5`` or ``007``), optionally with a leading ``+`` and
+    surrounding blanks, of at most :data:`MAX_NUMBER_DIGITS` digits (see
+    :func:`read_number`); label and extra cells by the same grammar are read as numbers.
+    Blank lines are skipped (counted in ``blank_lines``). A row with the wrong number
     of fields, an empty or non-numeric or non-finite value, or a bad ts becomes a dead letter;
     the header is line 1.
     A missing file, a missing header, or a header without the named columns raises at
@@ -324,44 +551,50 @@ class CsvSource(_FileSource):
                 + list(self._extra))
 
     def _read_header(self) -> list[str]:
-        try:
-            with _open_text(self.path) as f:
-                first = f.readline()
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"cannot read {self.path}: {exc}") from None
+        first = self._readable().rstrip("\r\n")
         if not first.strip():
             raise ValueError(f"{self.path}: empty file or empty first line; a header row is "
                              "required")
-        return [h.strip() for h in next(csv.reader([first], delimiter=self.delimiter))]
+        bad = _undecodable(first) or _quoting_error(first, self.delimiter)
+        if bad is not None:
+            raise ValueError(f"{self.path}: the header (line 1): {bad}")
+        try:
+            cells = next(csv.reader([first], delimiter=self.delimiter))
+        except csv.Error as exc:
+            raise ValueError(f"{self.path}: the header (line 1) is unparseable CSV: {exc}") \
+                from None
+        return [h.strip() for h in cells]
 
     def _iter(self) -> Iterator[tuple[int, dict | DeadLetter]]:
         header = self._header
         ncol = len(header)
         pos = {c: header.index(c) for c in self._wanted()}
         index = 0
-        with _open_text(self.path) as f:
-            f.readline()
-            for lineno, line in enumerate(f, start=2):
-                text = line.rstrip("\r\n")
-                if not text.strip():
-                    self.blank_lines += 1
+        for lineno, text in self._lines(skip=1):
+            if isinstance(text, DeadLetter):
+                yield lineno, text
+                continue
+            if '"' in text:
+                bad = _quoting_error(text, self.delimiter)
+                if bad is not None:
+                    yield lineno, self._dead(text, bad, lineno)
                     continue
-                try:
-                    fields = next(csv.reader([text], delimiter=self.delimiter))
-                except csv.Error as exc:
-                    yield lineno, self._dead(text, f"unparseable CSV: {exc}", lineno)
-                    continue
-                if len(fields) != ncol:
-                    yield lineno, self._dead(text, f"expected {ncol} fields, got {len(fields)}",
-                                             lineno)
-                    continue
-                try:
-                    record = self._record(fields, pos, index)
-                except BadInput as exc:
-                    yield lineno, self._dead(text, str(exc), lineno)
-                    continue
-                index += 1
-                yield lineno, record
+            try:
+                fields = next(csv.reader([text], delimiter=self.delimiter))
+            except csv.Error as exc:
+                yield lineno, self._dead(text, f"unparseable CSV: {exc}", lineno)
+                continue
+            if len(fields) != ncol:
+                yield lineno, self._dead(text, f"expected {ncol} fields, got {len(fields)}",
+                                         lineno)
+                continue
+            try:
+                record = self._record(fields, pos, index)
+            except BadInput as exc:
+                yield lineno, self._dead(text, str(exc), lineno)
+                continue
+            index += 1
+            yield lineno, record
 
     def _record(self, fields: list[str], pos: dict[str, int], index: int) -> dict:
         vals = []
@@ -369,19 +602,27 @@ class CsvSource(_FileSource):
             raw = fields[pos[c]].strip()
             if raw == "":
                 raise BadInput(f"{c} is empty")
-            vals.append(as_scalar(raw, c))
+            # A short plain number (most cells) skips read_number's other checks.
+            vals.append(as_scalar(raw, c) if _SHORT_NUMBER(raw) else read_number(raw, c))
+        if self.ts:
+            cell = fields[pos[self.ts]]
+            ts = as_scalar(cell, "ts") if self.ts_format is None and _SHORT_NUMBER(cell) \
+                else parse_ts(cell, self.ts_format)
+        else:
+            ts = float(index)
         record: dict[str, Any] = {
             "key": fields[pos[self.key]] if self.key else None,
-            "ts": parse_ts(fields[pos[self.ts]], self.ts_format) if self.ts else float(index),
+            "ts": ts,
             "value": vals if self._vector else vals[0],
         }
         if self.y:
-            record["y"] = _label(fields[pos[self.y]])
+            record["y"] = _label(fields[pos[self.y]], self.y)
         if self.task:
-            record["task"] = _label(fields[pos[self.task]])
+            record["task"] = _label(fields[pos[self.task]], self.task)
         for c in self._extra:
             cell = fields[pos[c]].strip()
-            record[c] = {"true": True, "false": False}.get(cell.lower(), _label(cell))
+            flag = {"true": True, "false": False}.get(cell.lower())
+            record[c] = flag if flag is not None else _label(cell, c)
         return record
 
 
@@ -446,28 +687,22 @@ class JsonlSource(_FileSource):
         self.ts_format = ts_format
         self.extra = extra
         self._init_common(annotations)
-        try:
-            with _open_text(self.path) as f:
-                f.read(1)
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"cannot read {self.path}: {exc}") from None
+        self._readable(whole_line=False)
 
     def _iter(self) -> Iterator[tuple[int, dict | DeadLetter]]:
         index = 0
-        with _open_text(self.path) as f:
-            for lineno, line in enumerate(f, start=1):
-                text = line.rstrip("\r\n")
-                if not text.strip():
-                    self.blank_lines += 1
-                    continue
-                try:  # parsed as a Kafka stage parses a message
-                    obj = parse_object(text)
-                    record = self._record(obj, index)
-                except BadInput as exc:
-                    yield lineno, self._dead(text, str(exc), lineno)
-                    continue
-                index += 1
-                yield lineno, record
+        for lineno, text in self._lines():
+            if isinstance(text, DeadLetter):
+                yield lineno, text
+                continue
+            try:  # parsed as a Kafka stage parses a message
+                obj = parse_object(text)
+                record = self._record(obj, index)
+            except BadInput as exc:
+                yield lineno, self._dead(text, str(exc), lineno)
+                continue
+            index += 1
+            yield lineno, record
 
     def _record(self, obj: dict, index: int) -> dict:
         if self._vector:

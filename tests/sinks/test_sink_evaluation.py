@@ -328,3 +328,42 @@ def test_plots_keep_positions_when_ts_is_not_an_ordered_time(tmp_path, ts_of):
         assert not isinstance(ax.xaxis.get_major_formatter(), mdates.ConciseDateFormatter)
         alarm = [line.get_xdata()[0] for line in ax.get_lines() if line.get_label() == "alarm"]
         assert alarm == [60]
+
+
+# A 1 MB key once took a replay 249 s and 867 MB: matplotlib laid out every glyph of it.
+_HUGE = "k" * 1_000_000
+
+
+def _long_key_sink(tmp_path, **kwargs):
+    sink = EvaluationSink(tmp_path / "run", **kwargs)
+    sink.open()
+    for j, key in enumerate((_HUGE + "a", _HUGE + "b", "short")):
+        sink.write_inputs([{"key": key, "offset": 3 * i + j, "value": float(i)}
+                           for i in range(50)])
+        sink.write([{"key": key, "offset": 3 * i + j, "alarm": i == 40, "statistic": float(i)}
+                    for i in range(50)])
+    return sink
+
+
+def test_long_keys_are_cut_in_the_plot_titles(tmp_path):
+    from shiftwatch.sinks.plots import plot_series, plot_statistic
+
+    sink = _long_key_sink(tmp_path, plots=False, html=False)
+    sink._build_report()
+    data = list(sink._plot_data.items())
+    for draw in (plot_series, plot_statistic):
+        titles = [ax.get_title(loc="left") for ax in draw(data, 6, "run").axes]
+        assert max(len(t) for t in titles) <= len("key ") + 60
+        assert len(set(titles)) == 3 and titles[2] == "key short"  # the long two stay apart
+        assert titles[0].startswith("key kkk") and "\u2026#" in titles[0]
+    sink.close()
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert sorted(map(len, report["keys"])) == [5, 1_000_001, 1_000_001]  # data keep the keys
+
+
+def test_long_keys_are_cut_in_report_html(tmp_path):
+    sink = _long_key_sink(tmp_path, plots=False)
+    sink.close()
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert len(page) < 200_000  # the keys themselves would be 2 MB
+    assert page.count("kkkk\u2026#") == 2 or page.count("kkkk\\u2026#") == 2

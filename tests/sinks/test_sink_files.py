@@ -70,15 +70,17 @@ def test_jsonl_round_trip_creates_dirs_and_flushes(tmp_path):
     sink.open()
     sink.write([NUMPY_RECORD, {"key": "k", "offset": 8, "alarm": False}])
     sink.flush()
-    # visible before close
+    # written to a temporary beside it until close: never visible in part
+    assert not path.exists() and len(list(path.parent.glob("out.jsonl.*.tmp"))) == 1
+    sink.write([])
+    sink.close()
+    sink.close()  # a second close does nothing
     lines = path.read_text().splitlines()
     assert [json.loads(line) for line in lines] == [
         NUMPY_RECORD_AS_JSON,
         {"key": "k", "offset": 8, "alarm": False},
     ]
-    sink.write([])
-    sink.close()
-    sink.close()  # a second close does nothing
+    assert list(path.parent.iterdir()) == [path] and sink.written
     assert sink.summary() == {"path": str(path), "records": 2}
 
 
@@ -337,3 +339,76 @@ def test_time_axis_needs_ordered_dates():
     assert time_axis_ts([1767225660.0, 1767225600.0]) is None
     assert time_axis_ts([1767225600.0, 1767225600.0]) is None  # no span
     assert time_axis_ts([0.0, 1.0]) is None
+
+
+def test_console_table_cuts_long_keys_and_keeps_them_apart():
+    huge = "s" * 1_000_000
+    sink = ConsoleAlarmSink(stream=io.StringIO())
+    sink.write([{"key": huge + "1", "offset": 1, "alarm": True, "statistic": 2.0},
+                {"key": huge + "2", "offset": 2, "alarm": True, "statistic": 3.0}])
+    lines = sink.table().splitlines()
+    assert max(map(len, lines)) < 150
+    keys = [line.split()[0] for line in lines[1:3]]
+    assert keys[0] != keys[1] and all(len(k) == 60 and k.startswith("sss") for k in keys)
+
+
+# ---- a full disk: every file is written whole or not at all --------------------------------
+
+
+def full_disk(monkeypatch, limit):
+    """Make every file the sinks write fail with ENOSPC past ``limit`` bytes."""
+    import errno
+
+    from shiftwatch.sinks import atomic_file
+
+    class Full(io.FileIO):
+        written = 0
+
+        def write(self, b):
+            room = limit - self.written
+            if room <= 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            n = super().write(bytes(b)[:room])  # a disk takes what fits, then refuses
+            self.written += n
+            return n
+
+    monkeypatch.setattr(atomic_file, "_disk_file", lambda fd: Full(fd, "w"))
+
+
+@pytest.mark.parametrize("make", [JsonlSink, DeadLetterSink, CsvSink],
+                         ids=["jsonl", "dead letters", "csv"])
+def test_a_file_sink_that_runs_out_of_space_leaves_nothing_behind(tmp_path, monkeypatch, make):
+    from shiftwatch.sinks.atomic_file import WriteFailed
+
+    full_disk(monkeypatch, limit=10_000)
+    (tmp_path / "out.x").write_text("the previous run's\n")
+    sink = make(tmp_path / "out.x")
+    sink.open()
+    rows = [{"dead_letter": True, "reason": "r", "key": "k", "offset": i, "x": "y" * 50}
+            for i in range(100)]
+    with pytest.raises(WriteFailed, match=r"cannot write .*out\.x: No space left on device"):
+        for _ in range(10):
+            sink.write(rows)  # buffered: the disk refuses when a buffer is written out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.x"]  # no temporary left
+    assert (tmp_path / "out.x").read_text() == "the previous run's\n"  # never a part
+    with pytest.raises(WriteFailed):
+        sink.write(rows[:1])  # what was written before is gone: no later part either
+    sink.close()  # never raises
+    assert sink.error == "No space left on device" and not sink.written
+    assert sink.summary()["error"] == "No space left on device"
+
+
+def test_a_file_that_cannot_be_synced_or_renamed_at_close_is_not_left(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    sink = JsonlSink(tmp_path / "out.jsonl")
+    sink.write([{"i": 1}])
+
+    def refuse(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", refuse)
+    sink.close()  # the runner closes every sink: close must not raise
+    assert sink.error == "Input/output error" and not sink.written
+    assert list(tmp_path.iterdir()) == []

@@ -194,3 +194,194 @@ def test_extra_fields_are_copied(tmp_path):
         CsvSource(c, extra=["value"])
     with pytest.raises(ValueError, match="no column"):
         CsvSource(c, extra=["nope"])
+
+
+# --------------------------------------------------------------------------------------
+# Damaged .gz files: what was read before the damage is kept, the tail is one dead letter
+# --------------------------------------------------------------------------------------
+
+
+def _noisy_lines(n, header=None):
+    import random
+
+    rng = random.Random(5)
+    rows = [f'{{"k": "s{i % 3}", "v": {rng.gauss(0, 1):.6f}}}' if header is None
+            else f"s{i % 3},{rng.gauss(0, 1):.6f}" for i in range(n)]
+    return ([header] if header else []) + rows
+
+
+def _what_survives(compressed: bytes) -> list[str]:
+    """The complete lines zlib itself can recover from ``compressed`` (a cut gzip stream)."""
+    import zlib
+
+    text = zlib.decompressobj(wbits=31).decompress(compressed).decode()
+    return text.split("\n")
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_truncated_gz_keeps_every_line_before_the_cut_and_dead_letters_the_tail(tmp_path,
+                                                                                   kind):
+    lines = _noisy_lines(3000, "k,v" if kind == "csv" else None)
+    data = gzip.compress(("\n".join(lines) + "\n").encode())
+    cut = data[: len(data) // 2]
+    path = tmp_path / f"log.{kind}.gz"
+    path.write_bytes(cut)
+    *complete, partial = _what_survives(cut)
+    first = 2 if kind == "csv" else 1  # the CSV header is line 1
+    from shiftwatch.streams import open_source
+
+    src = open_source(str(path), value="v", key="k")  # what replay and produce read it with
+    assert isinstance(src, CsvSource if kind == "csv" else JsonlSource)
+    good, dead = split(list(src))  # no EOFError
+    assert len(good) == len(complete) - (first - 1) > 1000
+    assert good[-1]["value"] == float(complete[-1].rstrip("}").rsplit(",", 1)[-1].split()[-1])
+    assert len(dead) == 1
+    assert dead[0].reason == (f"file is truncated after line {len(complete)}: compressed stream "
+                              "ended early")
+    assert dead[0].origin == {"file": str(path), "line": len(complete) + 1}
+    assert dead[0].raw == partial and partial  # the line the cut went through, as far as it got
+
+
+def test_a_gz_cut_right_after_a_line_break_has_an_empty_tail(tmp_path):
+    import zlib
+
+    body = "".join(f"{i}\n" for i in range(50)).encode()
+    comp = zlib.compressobj(wbits=31)
+    data = comp.compress(b"value\n" + body) + comp.flush(zlib.Z_SYNC_FLUSH)  # no end marker
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(data)
+    good, dead = split(list(CsvSource(path)))
+    assert [r["value"] for r in good] == [float(i) for i in range(50)]
+    assert [(d.origin["line"], d.raw) for d in dead] == [(52, "")]
+    assert dead[0].reason.startswith("file is truncated after line 51")
+
+
+def test_a_gz_with_a_bad_crc_keeps_its_records_and_says_so(tmp_path):
+    data = bytearray(gzip.compress(b"value\n1\n2\n3\n"))
+    data[-8] ^= 0xFF  # the stored CRC-32
+    path = tmp_path / "crc.csv.gz"
+    path.write_bytes(bytes(data))
+    good, dead = split(list(CsvSource(path)))  # no BadGzipFile
+    assert [r["value"] for r in good] == [1.0, 2.0, 3.0]
+    assert len(dead) == 1 and dead[0].origin["line"] == 5
+    assert dead[0].reason.startswith("gzip CRC check failed after line 4 (0x")
+    assert "the lines before it may be damaged" in dead[0].reason
+
+
+def test_corrupt_deflate_data_ends_the_file_with_a_dead_letter(tmp_path):
+    second = bytearray(gzip.compress(b"4\n5\n"))
+    second[10] |= 0b110  # the first deflate block's type: 3, which does not exist
+    path = tmp_path / "bad.csv.gz"
+    path.write_bytes(gzip.compress(b"value\n1\n2\n3\n") + bytes(second))  # two members
+    good, dead = split(list(CsvSource(path)))  # no zlib.error
+    assert [r["value"] for r in good] == [1.0, 2.0, 3.0]
+    assert [(d.origin["line"], d.reason) for d in dead] == [
+        (5, "compressed data is corrupt after line 4: Error -3 while decompressing data: "
+            "invalid block type")]
+
+
+def test_a_gz_damaged_in_its_first_line_or_not_gzip_cannot_be_opened(tmp_path):
+    import os
+
+    header = b"value," + os.urandom(3000).hex().encode()  # does not compress
+    (tmp_path / "h.csv.gz").write_bytes(gzip.compress(header + b"\n1\n")[:1000])
+    with pytest.raises(ValueError, match=r"cannot read .*h\.csv\.gz: compressed stream ended "
+                                         r"early in line 1"):
+        CsvSource(tmp_path / "h.csv.gz")
+    (tmp_path / "plain.jsonl.gz").write_text('{"value": 1}\n')
+    with pytest.raises(ValueError, match="cannot read .*Not a gzipped file"):
+        JsonlSource(tmp_path / "plain.jsonl.gz")
+
+
+# --------------------------------------------------------------------------------------
+# CSV cells: numbers by the JSON grammar, RFC 4180 quoting, UTF-8
+# --------------------------------------------------------------------------------------
+
+_NOT_A_NUMBER = "is not a number"
+
+
+@pytest.mark.parametrize("cell, expected", [
+    ("1.5", 1.5), ("-0", 0.0), ("+2", 2.0), ("  3.25 ", 3.25), ("1e3", 1000.0),
+    ("1E-2", 0.01), ("-1.5e+2", -150.0), ("0.000001", 1e-06),
+    ("12345678901234567890", 1.2345678901234567e19),
+    ("1_000", _NOT_A_NUMBER),        # float() reads 1000
+    ("\u0661\u0662", _NOT_A_NUMBER),  # Arabic-Indic digits: float() reads 12
+    ("\uff11\uff12", _NOT_A_NUMBER),  # full-width digits
+    ("01", _NOT_A_NUMBER), (".5", _NOT_A_NUMBER), ("5.", _NOT_A_NUMBER), ("0x10", _NOT_A_NUMBER),
+    ("1 000", _NOT_A_NUMBER), ("--1", _NOT_A_NUMBER), ("1e", _NOT_A_NUMBER), ("abc", _NOT_A_NUMBER),
+    ("nan", "is not finite"), ("-inf", "is not finite"), ("Infinity", "is not finite"),
+    ("1e999", "is not finite"),
+    pytest.param("1" * 5000, "v: number has more than 1000 digits", id="5000 digits"),
+    pytest.param("0." + "0" * 999 + "1", "v: number has more than 1000 digits", id="1001 digits"),
+])
+def test_numeric_cells_follow_the_json_number_grammar(tmp_path, cell, expected):
+    path = write(tmp_path / "n.csv", f'v\n"{cell}"\n')
+    (item,) = list(CsvSource(path, value="v"))
+    if isinstance(expected, float):
+        assert item == {"key": None, "ts": 0.0, "value": expected}
+    else:
+        assert isinstance(item, DeadLetter) and expected in item.reason
+
+
+def test_ts_cells_follow_the_grammar_and_long_labels_are_refused(tmp_path):
+    path = write(tmp_path / "t.csv", "t,v,y\n1_0,1,a\n2,1,1_0\n3,1,0042\n4,1," + "9" * 2000
+                 + "\n5,1,7\n")
+    good, dead = split(list(CsvSource(path, value="v", ts="t", y="y")))
+    assert [(r["ts"], r["y"]) for r in good] == [(2.0, "1_0"), (3.0, "0042"), (5.0, 7)]
+    assert [d.origin["line"] for d in dead] == [2, 5]
+    assert dead[0].reason == "ts '1_0' is not a number (give ts_format to parse dates)"
+    assert dead[1].reason == "y: number has more than 1000 digits"
+
+
+def test_broken_quoting_is_a_dead_letter_and_rfc_4180_quoting_is_read(tmp_path):
+    text = ('k,v\n'
+            '"a,b",1\n'               # 2 a quoted delimiter
+            '"say ""hi""",2\n'        # 3 doubled quotes inside quotes
+            'c,"3\n'                  # 4 a quote never closed
+            '"d"e,4\n'                # 5 text after the closing quote
+            'f"g,5\n'                 # 6 a quote in an unquoted field
+            '"",6\n')                 # 7 an empty quoted key
+    good, dead = split(list(CsvSource(write(tmp_path / "q.csv", text), value="v", key="k")))
+    assert [(r["key"], r["value"]) for r in good] == [("a,b", 1.0), ('say "hi"', 2.0),
+                                                       ("", 6.0)]
+    assert [(d.origin["line"], d.reason) for d in dead] == [
+        (4, "broken quoting: field 2 opens a quote that is not closed"),
+        (5, "broken quoting: field 1 has text after its closing quote"),
+        (6, "broken quoting: field 1 has a quote but is not quoted"),
+    ]
+    assert dead[0].raw == 'c,"3'
+
+
+def test_lines_that_are_not_utf8_are_dead_letters_with_their_exact_bytes(tmp_path):
+    path = tmp_path / "u.csv"
+    path.write_bytes(b"\xef\xbb\xbfk,v\n"           # a byte-order mark is dropped
+                     b"caf\xc3\xa9,1\n"             # 2 valid UTF-8
+                     b"\xff,2\n"                    # 3 invalid byte
+                     b"\xfe,3\n"                    # 4 another: must not merge with line 3
+                     b"x\xc3,4\n")                  # 5 a cut two-byte sequence
+    good, dead = split(list(CsvSource(path, value="v", key="k")))
+    assert good == [{"key": "caf\u00e9", "ts": 0.0, "value": 1.0}]
+    assert [d.origin["line"] for d in dead] == [3, 4, 5]
+    assert [d.reason for d in dead] == [
+        "line is not valid UTF-8, got byte 0xff at column 1",
+        "line is not valid UTF-8, got byte 0xfe at column 1",
+        "line is not valid UTF-8, got byte 0xc3 at column 2",
+    ]
+    records = [d.to_record() for d in dead]
+    import base64
+
+    assert [base64.b64decode(r["raw_base64"]) for r in records] == [b"\xff,2", b"\xfe,3",
+                                                                   b"x\xc3,4"]
+    jpath = tmp_path / "u.jsonl"
+    jpath.write_bytes(b'{"k": "\xff", "v": 1}\n{"k": "\xfe", "v": 2}\n{"k": "ok", "v": 3}\n')
+    good, dead = split(list(JsonlSource(jpath, value="v", key="k")))
+    assert [r["key"] for r in good] == ["ok"] and [d.origin["line"] for d in dead] == [1, 2]
+
+
+def test_a_header_that_is_not_utf8_or_badly_quoted_is_an_error(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_bytes(b"k\xff,v\n1,2\n")
+    with pytest.raises(ValueError, match=r"the header \(line 1\): line is not valid UTF-8"):
+        CsvSource(path, value="v")
+    with pytest.raises(ValueError, match=r"the header \(line 1\): broken quoting"):
+        CsvSource(write(tmp_path / "q.csv", 'k,"v\n1,2\n'), value="v")
