@@ -203,7 +203,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                            speed=args.speed, progress=not args.no_progress,
                            metrics=metrics).run()
     except WriteFailed as exc:  # a file could not be written (a full disk): the run stopped
-        summary, stopped = None, exc
+        summary, stopped = getattr(exc, "summary", None), exc
     finally:
         if server is not None:
             server.close()

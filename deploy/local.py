@@ -108,10 +108,20 @@ class Pipeline:
     # ------------------------------------------------------------------------------
 
     def run(self) -> RunSummary:
-        """Run to the end of the source (or Ctrl-C) and return the summary."""
+        """Run to the end of the source (or Ctrl-C) and return the summary.
+
+        An exception that stops the run (a sink that cannot write: a full disk) carries the
+        summary of what was done as its ``summary`` attribute; every sink is closed first."""
+        try:
+            return self._run()
+        except Exception as exc:
+            exc.summary = getattr(self, "_summary", None)
+            raise
+
+    def _run(self) -> RunSummary:
         ex = StageExecutor(self.operators, keyed=False,  # wrapped (or not) already
                            observer=self.metrics)
-        summary = ex.summary
+        summary = self._summary = ex.summary
         opened: list = []
         bar = None
         start = time.perf_counter()
@@ -161,11 +171,17 @@ class Pipeline:
             close = getattr(self.source, "close", None)
             if close is not None:
                 close()
-            for sink in opened:
-                sink.close()
+            failed: BaseException | None = None
+            for sink in opened:  # every sink is closed, whichever fails
+                try:
+                    sink.close()
+                except Exception as exc:
+                    failed = failed or exc
             for sink in opened:
                 name = type(sink).__name__
                 summary.sinks[name] = sink.summary()
+            if failed is not None and sys.exc_info()[1] is None:
+                raise failed
         return summary
 
     # ------------------------------------------------------------------------------
