@@ -249,9 +249,10 @@ def _print_scores(report: dict) -> None:
     if report.get("annotations") is None and "accuracy" not in (report.get("summary") or {}):
         return  # no truth to score against: alarm counts are in the summary line
     agg = report.get("summary") or {}
-    keys = [k for k in ("f1", "precision", "recall", "covering", "mean_delay", "false_alarms",
-                        "missed", "located_f1", "located_covering", "location_error",
-                        "accuracy") if agg.get(k) is not None]
+    keys = [k for k in ("f1", "f1_1pct", "precision", "recall", "covering", "mean_delay",
+                        "false_alarms", "missed", "located_f1", "located_f1_1pct",
+                        "located_covering", "location_error", "accuracy")
+            if agg.get(k) is not None]
     if keys:
         print("scores: " + ", ".join(
             f"{k} {agg[k]:.3f}" if isinstance(agg[k], float) else f"{k} {agg[k]}" for k in keys))

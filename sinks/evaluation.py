@@ -513,6 +513,7 @@ def _headline(aggregate: dict) -> dict:
         out.update(
             alarms=det["alarms"],
             f1=det["f1"],
+            f1_1pct=det.get("f1_1pct"),
             precision=det["precision"],
             recall=det["recall"],
             covering=det["covering"],
@@ -525,6 +526,7 @@ def _headline(aggregate: dict) -> dict:
         if loc:
             out.update(
                 located_f1=loc["f1"],
+                located_f1_1pct=loc.get("f1_1pct"),
                 located_covering=loc["covering"],
                 location_error=loc["mean_abs_error"],
             )

@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = ["render_html_report"]
 
-_SCORES = ("n", "n_alarms", "f1", "precision", "recall", "covering", "mean_delay",
+_SCORES = ("n", "n_alarms", "f1", "f1_1pct", "precision", "recall", "covering", "mean_delay",
            "false_alarms", "missed", "average_run_length")
 
 

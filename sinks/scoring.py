@@ -70,9 +70,11 @@ def evaluate_detector(
     -------
     dict
         ``n``, ``alarms``, ``n_alarms``, ``f1``, ``precision``, ``recall``, ``covering``
-        (None without annotations), ``margin``, ``change_points`` (the merged truth, inside
-        the series) and ``detection``: :func:`~shiftwatch.sinks.metrics.detection_summary` against
-        those change points (its ``average_run_length`` is ``inf`` when there is no false alarm).
+        (None without annotations), ``margin``, ``f1_1pct`` (the same F1 with a margin of
+        ``int(0.01 * n)``: the TSSB / ClaSS convention), ``margin_1pct``, ``change_points``
+        (the merged truth, inside the series) and ``detection``:
+        :func:`~shiftwatch.sinks.metrics.detection_summary` against those change points (its
+        ``average_run_length`` is ``inf`` when there is no false alarm).
 
     Examples
     --------
@@ -81,6 +83,8 @@ def evaluate_detector(
     (0.6666666666666666, 0.8333333333333333)
     >>> round(r["f1"], 4), r["change_points"], r["detection"]["delays"]
     (0.7407, [48, 150], [4, None])
+    >>> r["margin_1pct"], round(r["f1_1pct"], 4)  # margin 2: 52 still meets a's 50, not b's 48
+    (2, 0.6667)
     >>> evaluate_detector([], None, n=10)["detection"]["average_run_length"]
     inf
     """
@@ -95,6 +99,8 @@ def evaluate_detector(
         "recall": None,
         "covering": None,
         "margin": margin,
+        "f1_1pct": None,
+        "margin_1pct": int(0.01 * n),
     }
     if annotations is not None and not isinstance(annotations, Mapping):
         annotations = {"0": list(annotations)}
@@ -105,7 +111,8 @@ def evaluate_detector(
         # detected; every score leaves them out, as the detection summary below does.
         reached = {k: [int(c) for c in v if int(c) < n] for k, v in annotations.items()}
         f, p, r = f_measure(reached, alarm_list, margin=margin, return_PR=True)
-        out.update(f1=f, precision=p, recall=r, covering=covering(reached, alarm_list, n))
+        out.update(f1=f, precision=p, recall=r, covering=covering(reached, alarm_list, n),
+                   f1_1pct=f_measure(reached, alarm_list, margin=out["margin_1pct"]))
     truth = [c for c in merge_change_points(annotations, margin) if c < n]
     out["change_points"] = truth
     out["detection"] = detection_summary(alarm_list, truth, n) if n > 0 else None
@@ -137,6 +144,7 @@ def evaluate_locations(
         "located": points,
         "n_located": len(points),
         "f1": det["f1"],
+        "f1_1pct": det["f1_1pct"],
         "precision": det["precision"],
         "recall": det["recall"],
         "covering": det["covering"],
@@ -186,6 +194,7 @@ def pool_detectors(reports: list[dict]) -> dict:
         location = {
             "n_located": sum(r["n_located"] for r in located),
             "f1": _mean([r["f1"] for r in ann_loc]),
+            "f1_1pct": _mean([r["f1_1pct"] for r in ann_loc]),
             "precision": _mean([r["precision"] for r in ann_loc]),
             "recall": _mean([r["recall"] for r in ann_loc]),
             "covering": _mean([r["covering"] for r in ann_loc]),
@@ -197,6 +206,7 @@ def pool_detectors(reports: list[dict]) -> dict:
         "n_annotated": len(annotated),
         "alarms": sum(r["n_alarms"] for r in reports),
         "f1": _mean([r["f1"] for r in annotated]),
+        "f1_1pct": _mean([r.get("f1_1pct") for r in annotated]),
         "precision": _mean([r["precision"] for r in annotated]),
         "recall": _mean([r["recall"] for r in annotated]),
         "covering": _mean([r["covering"] for r in annotated]),

@@ -18,7 +18,8 @@ Method, per key
    fallback). A multichannel stream is fixed at the first checkpoint where any channel has a
    clear period: the median of those channels' periods.
 2. **Delay embedding** of each channel: ``(y_t, y_{t-tau}, ..., y_{t-(d-1) tau})`` covering
-   ``span`` periods with at most ``dmax`` coordinates
+   ``span`` periods with at most ``dmax`` coordinates in all (``dmax // c`` per channel of
+   ``c``; none when that is below 2)
    (:func:`~shiftwatch.operators.period.embed_params`).
    ``channels="joint"`` embeds all channels in one vector (``c * d`` coordinates; with
    ``span=0`` no embedding: the c x c channel covariance), ``"separate"`` keeps one group per
@@ -101,8 +102,10 @@ class ShapeDetector(DriftDetector):
         ``"auto"`` (the burn-in rule) or a period in records (the burn-in then only learns
         location and scale, over ``burn_in_min`` records).
     span, dmax
-        The embedding covers ``span`` periods with at most ``dmax`` coordinates per channel;
-        ``span=0`` means no embedding (d = 1: the channels' covariance).
+        The embedding covers ``span`` periods with at most ``dmax`` coordinates (per channel
+        with ``channels="separate"``; in all with ``"joint"``, so ``dmax // c`` lags per
+        channel); ``span=0``, or fewer than 2 lags per channel, means no embedding (the
+        channels' covariance: 12 channels with ``dmax=16`` give a 12 x 12 covariance).
     channels
         ``"joint"`` or ``"separate"`` (multichannel input; no effect on a scalar stream).
     feature
@@ -303,13 +306,16 @@ class ShapeDetector(DriftDetector):
         sd = b.std(0)
         self._scale = np.where(sd > 0, sd, 1.0)
         self._P = P
-        if self.span == 0:
-            d, tau = 1, 1
-        else:
-            d, tau = embed_params(P, self.span, self.dmax)
-        self._d, self._tau = d, tau
         c = self._c
         joint = self.channels == "joint" or c == 1
+        # a joint vector of c channels holds at most dmax coordinates: dmax // c lags each,
+        # and with fewer than 2 lags no embedding (the channels' own covariance)
+        per = self.dmax // c if joint else self.dmax
+        if self.span == 0 or per < 2:
+            d, tau = 1, 1
+        else:
+            d, tau = embed_params(P, self.span, per)
+        self._d, self._tau = d, tau
         G, g = (1, c * d) if joint else (c, d)
         q = g * (g + 1) // 2 if self.feature == "cov" else (g + 1) * (g + 2) // 2
         self._B = max(g + 1, int(round(self.block * P)))

@@ -93,6 +93,7 @@ def test_detector_report_and_plots(tmp_path):
         "keys": 2,
         "alarms": 3,
         "f1": agg["f1"],
+        "f1_1pct": agg["f1_1pct"],
         "precision": agg["precision"],
         "recall": agg["recall"],
         "covering": agg["covering"],
