@@ -178,7 +178,8 @@ def suggest(name: str, n: int = 3) -> list[str]:
 def create(name: str, keep_input: bool = False, **params: Any) -> Operator:
     """Construct the operator registered as ``name`` with keyword ``params``.
 
-    Unknown or invalid parameters raise ``ValueError`` with one clear line. ``keep_input=True``
+    Unknown or invalid parameters raise ``ValueError`` with one clear line that names the
+    operator (``cs: alpha must be in (0, 1), got 2``). ``keep_input=True``
     (accepted by every operator, ``--param keep_input=true`` on the command line) wraps the
     operator in :class:`~shiftwatch.operators.with_input.WithInput`, so its outputs also carry
     the input record's fields, e.g. a detector's alarms next to the feature vector for a
@@ -201,6 +202,11 @@ def create(name: str, keep_input: bool = False, **params: Any) -> Operator:
         return ctor(**params)
     except TypeError as exc:
         raise ValueError(f"operator {name!r}: {exc}") from None
+    except ValueError as exc:  # name the operator, as River's errors do: "cs: alpha must ..."
+        msg = str(exc)
+        if msg.startswith((f"{name}:", f"operator {name!r}")):
+            raise
+        raise type(exc)(f"{name}: {msg}") from None
 
 
 def _accepted_params(ctor: Callable[..., Any]) -> list[str] | None:

@@ -8,7 +8,6 @@ stopped at the end. A missing ``prometheus`` binary fails the test (``.ci/run`` 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +29,7 @@ from kafka_helpers import (
     wait_for,
     write_pipeline,
 )
+from system_binaries import need_binary
 
 
 def _free_port() -> int:
@@ -69,11 +69,7 @@ def _query(prom: str, expr: str) -> dict[str, float]:
 
 @pytest.fixture
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        pytest.fail("this test needs the prometheus server binary: apt-get install -y "
-                    "prometheus (.ci/run installs it)", pytrace=False)
-    return path
+    return need_binary("prometheus", package="prometheus")
 
 
 def test_prometheus_scrapes_a_running_stage(kafka_bootstrap, real_kafka, tmp_path,

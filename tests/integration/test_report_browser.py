@@ -1,23 +1,20 @@
 """report.html in a real headless browser (Debian's chromium): loads without console errors
-and draws the chart. Needs ``chromium`` (``.ci/run`` installs it); fails, never skips, without.
+and draws the chart. Needs ``chromium``: ``.ci/run`` installs it; without it the tests skip
+with the reason, and fail under ``CI`` (see ``system_binaries.need_binary``).
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import numpy as np
-import pytest
+from system_binaries import need_binary
 
 from shiftwatch.deploy import cli
 
 
 def _chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.fail("chromium is not installed: apt-get install -y chromium (.ci/run does)")
-    return exe
+    return need_binary("chromium", "chromium-browser", package="chromium")
 
 
 def _load(exe: str, page, shot) -> str:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
-import pytest
+from system_binaries import need_binary
 
 from shiftwatch.sinks.evaluation import EvaluationSink
 
@@ -25,10 +24,7 @@ out.textContent = JSON.stringify(got); document.body.appendChild(out);
 
 
 def _chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.fail("chromium is not installed: apt-get install -y chromium (.ci/run does)")
-    return exe
+    return need_binary("chromium", "chromium-browser", package="chromium")
 
 
 def test_time_axis_ticks_in_the_browser(tmp_path):
