@@ -227,14 +227,20 @@ def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
 
 
 def numeric_ts(record: Mapping) -> float | None:
-    """The record's ``ts`` as a float if it is a number (not a bool), else None.
+    """The record's ``ts`` as a float if it is a number (not a bool) a float can hold, else
+    None.
 
     Detectors keep it with each value so that an alarm can say ``change_ts``.
 
     >>> numeric_ts({"ts": 3}), numeric_ts({"ts": "2026-01-01"}), numeric_ts({"ts": True})
     (3.0, None, None)
+    >>> numeric_ts({"ts": 10 ** 400}) is None
+    True
     """
     ts = record.get("ts") if isinstance(record, Mapping) else None
     if isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool):
-        return float(ts)
+        try:
+            return float(ts)
+        except OverflowError:  # an integer beyond float range
+            return None
     return None

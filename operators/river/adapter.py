@@ -497,8 +497,8 @@ class RiverDetector(Operator):
                     update(raw)
                     if push is not None:
                         ts = record.get("ts")
-                        push(raw, ts if type(ts) is float or type(ts) is int
-                             else numeric_ts(record))
+                        # (an int ts goes through numeric_ts: it may be beyond float range)
+                        push(raw, ts if type(ts) is float else numeric_ts(record))
                     o = {}
                     for f in PASSTHROUGH_FIELDS:
                         if f in record:
