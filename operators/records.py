@@ -184,7 +184,10 @@ def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS) -> floa
             raise BadInput(f"{name} is a ragged nested list, expected a number") from None
         if arr.size != 1:
             raise BadInput(f"{name} has shape {arr.shape}, expected a number")
-        return as_scalar(arr.reshape(-1)[0], name, max_abs)
+        item = arr.reshape(-1)[0]
+        if isinstance(item, (list, tuple, np.ndarray)):  # nested beyond NumPy's 64 dimensions
+            raise BadInput(f"{name} is a nested list, expected a number")
+        return as_scalar(item, name, max_abs)
     else:
         raise BadInput(f"{name} must be a number, got {type(value).__name__}")
     if -max_abs <= x <= max_abs:
