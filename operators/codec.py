@@ -110,17 +110,32 @@ _MANY_DIGITS = re.compile(f"[0-9]{{{MAX_DIGITS // 3 + 1}}}")
 # DOTALL, so that a backslash escapes any byte as the parsers read it. Once begun at a quote a
 # string always matches, so there is no backtracking: linear time on any input.
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
-# +1 for an opening bracket, -1 for a closing one, 0 for any other byte.
+# Brackets -> "(" and ")", every other byte deleted: the skeleton of the nesting.
+_BRACKETS = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+# +1 for "(", -1 for ")".
 _DEPTH_STEPS = np.zeros(256, dtype=np.int8)
-_DEPTH_STEPS[[ord("["), ord("{")]] = 1
-_DEPTH_STEPS[[ord("]"), ord("}")]] = -1
+_DEPTH_STEPS[ord("(")] = 1
+_DEPTH_STEPS[ord(")")] = -1
 
 
 def _nesting_depth(data: bytes) -> int:
     """The deepest nesting of objects and lists in JSON ``data`` (brackets in strings do not
     count). On invalid JSON it reads as the parsers do up to their first error, so it never
     underestimates the depth a parser would reach."""
-    skeleton = _STRING.sub(b"", data) if b'"' in data else data
+    skeleton = (_STRING.sub(b"", data) if b'"' in data else data).translate(
+        _BRACKETS, _NOT_BRACKETS)
+    # Each pass removes the innermost pairs: on balanced brackets the passes count the depth
+    # (a wide record, e.g. a matrix, needs a few passes over a short skeleton).
+    rest, depth = skeleton, 0
+    while rest and depth <= MAX_DEPTH:
+        shorter = rest.replace(b"()", b"")
+        if len(shorter) == len(rest):
+            break
+        rest, depth = shorter, depth + 1
+    if not rest:
+        return depth
+    # Unbalanced, or deeper than the limit: the deepest prefix.
     steps = _DEPTH_STEPS[np.frombuffer(skeleton, dtype=np.uint8)]
     return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
@@ -131,7 +146,7 @@ def _check_limits(data: bytes | bytearray | str) -> None:
     n = len(data)
     if n <= MAX_DEPTH:  # too short to hold more than MAX_DEPTH opening brackets
         return
-    text = type(data) is str
+    text = isinstance(data, str)
     if text and n > MAX_MESSAGE_BYTES // 4:  # up to 4 bytes a character
         n = len(data.encode("utf-8", errors="surrogatepass"))
     if n > MAX_MESSAGE_BYTES:
@@ -160,11 +175,13 @@ double quotes at column 2
     ...
     shiftwatch.operators.records.BadInput: record is a JSON list, not an object
     """
-    if data is None:
-        raise BadInput("message has no value (a tombstone)")
-    if not isinstance(data, (bytes, bytearray, str)):
-        raise BadInput(f"message is a {type(data).__name__}, not JSON text or bytes")
-    _check_limits(data)
+    if type(data) is not bytes:
+        if data is None:
+            raise BadInput("message has no value (a tombstone)")
+        if not isinstance(data, (bytes, bytearray, str)):
+            raise BadInput(f"message is a {type(data).__name__}, not JSON text or bytes")
+    if len(data) > MAX_DEPTH:  # (shorter messages are within every limit)
+        _check_limits(data)
     if _fast_loads is not None and type(data) is bytes and not _LONG_DIGITS.search(data):
         try:
             obj = _fast_loads(data)
@@ -245,9 +262,10 @@ def decode_record(data: bytes | bytearray | str | None, message_key: bytes | Non
     return record
 
 
-def _scalar(raw: Any, name: str) -> float:
-    # as_scalar, without its checks for the common case of a float within +-MAX_ABS
-    if type(raw) is float and -MAX_ABS <= raw <= MAX_ABS:
+def _scalar(raw: Any, name: str, _lo: float = -MAX_ABS, _hi: float = MAX_ABS) -> float:
+    # as_scalar, without its checks for the common case of a float within +-MAX_ABS (the
+    # bounds as defaults: local lookups)
+    if type(raw) is float and _lo <= raw <= _hi:
         return raw
     return as_scalar(raw, name)
 
