@@ -406,7 +406,8 @@ class RiverDetector(Operator):
             # The hot path (a scalar detector already running, a float within max_abs) skips
             # the general checks; anything else takes the slow path below.
             raw = record.get(self.field)
-            if type(raw) is float and -self.max_abs <= raw <= self.max_abs:
+            hi = self.max_abs
+            if type(raw) is float and -hi <= raw <= hi:
                 det.update(raw)
                 window = self._window
                 if window is not None:
