@@ -42,6 +42,7 @@ __all__ = [
     "check_state_roundtrip",
     "check_batch_equals_process",
     "check_bad_input",
+    "check_huge_values",
     "check_no_input_mutation",
     "check_keyed",
 ]
@@ -209,6 +210,81 @@ def check_bad_input(name: str, params: dict) -> None:
         json.dumps(letter.to_record(), allow_nan=False)
 
 
+def _with_huge(value: Any, huge: float) -> Any:
+    """``value`` (a number, vector or matrix) with one entry replaced by ``huge``: the first
+    diagonal entry of a square matrix (so an SPD matrix stays symmetric), else the first."""
+    if isinstance(value, list) and value:
+        out = copy.deepcopy(value)
+        if isinstance(out[0], list) and out[0]:
+            if isinstance(out[0][0], list):  # deeper: recurse into the first entry
+                out[0] = _with_huge(out[0], huge)
+            else:
+                out[0][0] = huge
+        else:
+            out[0] = huge
+        return out
+    return huge
+
+
+def _set_path(record: dict, path: str, fn: Callable[[Any], Any]) -> dict:
+    out = copy.deepcopy(record)
+    cur = out
+    parts = path.split(".")
+    for part in parts[:-1]:
+        cur = cur[part]
+    cur[parts[-1]] = fn(cur[parts[-1]])
+    return out
+
+
+def check_huge_values(name: str, params: dict) -> None:
+    """A value beyond the operator's ``max_abs`` (+-1e300, and twice ``max_abs``; for a
+    vector or matrix, one such entry) is rejected like a bad record, fed after the first half
+    of the test stream: a one-line BadInput naming ``max_abs``, the state untouched, a
+    DeadLetter in place under process_batch. (Accepted, such a value can overflow a square or
+    a product and leave the state infinite or NaN.)"""
+    op, stream = _stream(name, params)
+    field = getattr(getattr(op, "operator", op), "field", "value")  # (inside WithInput too)
+    field = field if isinstance(field, str) else "value"
+    limit = float(op.max_abs)
+    hugs = [1e300, -1e300] + ([2 * limit, -2 * limit] if 2 * limit < 1e300 else [])
+    half = len(stream) // 2
+    template = next((r for r in stream[half:] if isinstance(r, dict)), None)
+    if template is None:
+        _fail(f"{name}: the test stream has no record to make huge")
+    try:
+        bads = [_set_path(template, field, lambda v, h=h: _with_huge(v, h)) for h in hugs]
+    except (KeyError, TypeError):
+        _fail(f"{name}: the test stream's records have no field {field!r}")
+    # Lighter than check_bad_input (one prefix, all huge records in one place, a short rest):
+    # the state comparison after each rejection is what matters.
+    prefix, rest = stream[:half], stream[half:half + 20]
+    _run(op, prefix)
+    before = dumps_state(op.state_dict())
+    for bad in bads:
+        try:
+            op.process(copy.deepcopy(bad))
+        except BadInput as exc:
+            msg = str(exc)
+            if not msg.strip() or "\n" in msg or "max_abs" not in msg:
+                _fail(f"{name}: BadInput for {bad!r} needs a one-line reason naming max_abs, "
+                      f"got {msg!r}")
+        except Exception as exc:  # the check reports any other exception as a failure
+            _fail(f"{name}: {bad!r} raised {type(exc).__name__}: {exc} instead of BadInput")
+        else:
+            _fail(f"{name}: accepted the huge value in {bad!r}")
+        if dumps_state(op.state_dict()) != before:
+            _fail(f"{name}: rejecting {bad!r} changed the state")
+    batcher, twin = create(name, **params), create(name, **params)
+    out = batcher.process_batch([*prefix, *bads, *rest])
+    ref_prefix, ref_rest = twin.process_batch(prefix), twin.process_batch(rest)
+    at = len(ref_prefix)
+    if len(out) != at + len(bads) + len(ref_rest) or not all(
+            isinstance(o, DeadLetter) for o in out[at:at + len(bads)]):
+        _fail(f"{name}: process_batch did not put DeadLetters in place of the huge values")
+    _expect_same(out[:at] + out[at + len(bads):], ref_prefix + ref_rest,
+                 f"{name}: process_batch around the huge values")
+
+
 def check_no_input_mutation(name: str, params: dict) -> None:
     """Neither ``process`` nor ``process_batch`` changes the records it is given."""
     op, stream = _stream(name, params)
@@ -265,6 +341,7 @@ _CHECKS: tuple[Callable[[str, dict], None], ...] = (
     check_state_roundtrip,
     check_batch_equals_process,
     check_bad_input,
+    check_huge_values,
     check_no_input_mutation,
     check_keyed,
 )

@@ -3,7 +3,8 @@
 Ground floor, like :mod:`shiftwatch.operators.records` (the only shiftwatch module it imports),
 so sources (:mod:`shiftwatch.streams`), sinks and the runtime all decode and encode the same way:
 
-* :func:`parse_object` -- JSON text or bytes -> a mapping, or :class:`BadInput` saying why not;
+* :func:`parse_object` -- JSON text or bytes -> a mapping, or :class:`BadInput` saying why not
+  (including input no record can legitimately be: see the limits below);
 * :func:`as_value` -- the one check of a record's ``value`` (a finite number, or a numeric
   array as nested lists);
 * :func:`decode_record` -- a Kafka message (value bytes, key bytes, timestamp) -> a record;
@@ -11,6 +12,27 @@ so sources (:mod:`shiftwatch.streams`), sinks and the runtime all decode and enc
   cannot hold: NumPy scalars and arrays become numbers and lists, NaN and infinities ``null``,
   bytes UTF-8 text, tuples lists, anything else its ``repr``. Compact separators, so a record
   encodes to the same bytes in a replay's ``outputs.jsonl`` and on a Kafka topic.
+
+Limits on hostile input. A JSONL line or a Kafka message comes from outside, so
+:func:`parse_object` rejects, before any parser sees it, what no record can legitimately be
+and what would make a parser crash or stall:
+
+* :data:`MAX_MESSAGE_BYTES` (1 MiB): Kafka's default largest message (``message.max.bytes``,
+  1 MiB plus 12 bytes of framing), so a record that can travel between two stages at all fits;
+  a 100 x 100 matrix written with 17 digits per entry takes about 200 kB.
+* :data:`MAX_DEPTH` (64 levels of objects and lists): a record is ``{"key", "ts", "value",
+  "meta", ...}`` with a value at most a matrix (3 levels) and ``meta`` a few levels of tags.
+  Deeper JSON is an attack or a bug: the standard library raises ``RecursionError`` at about
+  1,000 levels and orjson 3.8 overflows the C stack (the process dies) at about 100,000.
+* :data:`MAX_DIGITS` (100 digits per number): a float64 needs 17 significant digits to
+  round-trip, an int64 19, a UUID read as an integer 39. Python refuses to convert integers of
+  more than 4,300 digits (``ValueError``: converting them takes quadratic time), and an integer
+  of more than 100 digits is beyond the magnitudes operators accept anyway
+  (:data:`~shiftwatch.operators.records.MAX_ABS`, 1e150).
+
+Messages within the limits take the same path as before: orjson, or the standard library for
+what orjson does not read exactly; checking the limits costs a length test and, for messages
+longer than 64 bytes, counting their brackets.
 """
 
 from __future__ import annotations
@@ -38,15 +60,104 @@ try:  # a faster parser and encoder for the hot path; the standard library decid
 except ImportError:  # pragma: no cover - orjson is a dependency; kept optional for vendoring
     _fast_loads = _fast_dumps = None
 
-from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
+from shiftwatch.operators.records import (
+    MAX_ABS,
+    BadInput,
+    DeadLetter,
+    as_array,
+    as_scalar,
+    get_field,
+)
 
 __all__ = ["parse_object", "as_value", "decode_record", "jsonable", "key_text", "dumps_record",
-           "encode_record"]
+           "encode_record", "MAX_MESSAGE_BYTES", "MAX_DEPTH", "MAX_DIGITS"]
+
+#: The largest message or JSONL line :func:`parse_object` takes, in bytes (of UTF-8 for text).
+MAX_MESSAGE_BYTES = 1 << 20
+#: The deepest nesting of objects and lists :func:`parse_object` takes.
+MAX_DEPTH = 64
+#: The most digits a number in a message may have (integer, fraction and exponent together).
+MAX_DIGITS = 100
+
+
+def _checked_int(text: str) -> int:
+    # The standard library's parse_int hook: the digit limit before int() sees the text.
+    if len(text) > MAX_DIGITS and len(text) - (text[0] == "-") > MAX_DIGITS:
+        raise BadInput(f"number with more than {MAX_DIGITS} digits "
+                       f"({len(text) - (text[0] == '-')} digits)")
+    return int(text)
+
+
+def _checked_float(text: str) -> float:
+    if len(text) > MAX_DIGITS:
+        digits = sum(c.isdigit() for c in text)
+        if digits > MAX_DIGITS:
+            raise BadInput(f"number with more than {MAX_DIGITS} digits ({digits} digits)")
+    return float(text)
+
 
 _DECODER = json.JSONDecoder()
+# The same, checking the digits of each number: used on text with a long run of digits.
+_DIGIT_DECODER = json.JSONDecoder(parse_int=_checked_int, parse_float=_checked_float)
 # orjson reads integers of 19 or more digits as floats (json: exact ints); such text, like any
 # text orjson rejects (NaN, a BOM, lone surrogates, bad JSON), goes to the standard library.
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# ([0-9], not \d: the same for bytes, and faster.)
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# A number of more than MAX_DIGITS digits has a run of more than a third of them (its digits
+# come in at most three runs: integer part, fraction, exponent).
+_MANY_DIGITS = re.compile(f"[0-9]{{{MAX_DIGITS // 3 + 1}}}")
+# A JSON string, or an unterminated one up to the end (a lone backslash there included);
+# DOTALL, so that a backslash escapes any byte as the parsers read it. Once begun at a quote a
+# string always matches, so there is no backtracking: linear time on any input.
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
+# Brackets -> "(" and ")", every other byte deleted: the skeleton of the nesting.
+_BRACKETS = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+# +1 for "(", -1 for ")".
+_DEPTH_STEPS = np.zeros(256, dtype=np.int8)
+_DEPTH_STEPS[ord("(")] = 1
+_DEPTH_STEPS[ord(")")] = -1
+
+
+def _nesting_depth(data: bytes) -> int:
+    """The deepest nesting of objects and lists in JSON ``data`` (brackets in strings do not
+    count). On invalid JSON it reads as the parsers do up to their first error, so it never
+    underestimates the depth a parser would reach."""
+    skeleton = (_STRING.sub(b"", data) if b'"' in data else data).translate(
+        _BRACKETS, _NOT_BRACKETS)
+    # Each pass removes the innermost pairs: on balanced brackets the passes count the depth
+    # (a wide record, e.g. a matrix, needs a few passes over a short skeleton).
+    rest, depth = skeleton, 0
+    while rest and depth <= MAX_DEPTH:
+        shorter = rest.replace(b"()", b"")
+        if len(shorter) == len(rest):
+            break
+        rest, depth = shorter, depth + 1
+    if not rest:
+        return depth
+    # Unbalanced, or deeper than the limit: the deepest prefix.
+    steps = _DEPTH_STEPS[np.frombuffer(skeleton, dtype=np.uint8)]
+    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
+
+
+def _check_limits(data: bytes | bytearray | str) -> None:
+    """Raise :class:`BadInput` when ``data`` exceeds :data:`MAX_MESSAGE_BYTES` or
+    :data:`MAX_DEPTH` (the digit limit is checked while parsing)."""
+    n = len(data)
+    if n <= MAX_DEPTH:  # too short to hold more than MAX_DEPTH opening brackets
+        return
+    text = isinstance(data, str)
+    if text and n > MAX_MESSAGE_BYTES // 4:  # up to 4 bytes a character
+        n = len(data.encode("utf-8", errors="surrogatepass"))
+    if n > MAX_MESSAGE_BYTES:
+        raise BadInput(f"message of {n} bytes is larger than {MAX_MESSAGE_BYTES} bytes")
+    if (data.count("[") + data.count("{") if text
+            else data.count(b"[") + data.count(b"{")) <= MAX_DEPTH:
+        return  # the common case: few brackets at all
+    depth = _nesting_depth(data.encode("utf-8", errors="surrogatepass") if text
+                           else bytes(data))
+    if depth > MAX_DEPTH:
+        raise BadInput(f"JSON nested deeper than {MAX_DEPTH} levels ({depth} levels)")
 
 
 def parse_object(data: bytes | bytearray | str | None) -> dict:
@@ -64,8 +175,13 @@ double quotes at column 2
     ...
     shiftwatch.operators.records.BadInput: record is a JSON list, not an object
     """
-    if data is None:
-        raise BadInput("message has no value (a tombstone)")
+    if type(data) is not bytes:
+        if data is None:
+            raise BadInput("message has no value (a tombstone)")
+        if not isinstance(data, (bytes, bytearray, str)):
+            raise BadInput(f"message is a {type(data).__name__}, not JSON text or bytes")
+    if len(data) > MAX_DEPTH:  # (shorter messages are within every limit)
+        _check_limits(data)
     if _fast_loads is not None and type(data) is bytes and not _LONG_DIGITS.search(data):
         try:
             obj = _fast_loads(data)
@@ -80,7 +196,7 @@ double quotes at column 2
         except UnicodeDecodeError:
             raise BadInput("message is not UTF-8 text") from None
     try:
-        obj = _DECODER.decode(data)
+        obj = (_DIGIT_DECODER if _MANY_DIGITS.search(data) else _DECODER).decode(data)
     except json.JSONDecodeError as exc:
         raise BadInput(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(obj, dict):
@@ -146,9 +262,10 @@ def decode_record(data: bytes | bytearray | str | None, message_key: bytes | Non
     return record
 
 
-def _scalar(raw: Any, name: str) -> float:
-    # as_scalar, without its checks for the common case of a finite float
-    if type(raw) is float and raw - raw == 0.0:
+def _scalar(raw: Any, name: str, _lo: float = -MAX_ABS, _hi: float = MAX_ABS) -> float:
+    # as_scalar, without its checks for the common case of a float within +-MAX_ABS (the
+    # bounds as defaults: local lookups)
+    if type(raw) is float and _lo <= raw <= _hi:
         return raw
     return as_scalar(raw, name)
 

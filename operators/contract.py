@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shiftwatch.operators.records import PASSTHROUGH_FIELDS, BadInput, DeadLetter
+from shiftwatch.operators.records import MAX_ABS, PASSTHROUGH_FIELDS, BadInput, DeadLetter
 from shiftwatch.operators.state_codec import decode_state, encode_state
 
 __all__ = ["Operator"]
@@ -29,6 +29,10 @@ class Operator:
 
     * ``name`` — the registered name (set by :func:`register`);
     * ``input_kind`` — a one-line description of the values it accepts (for ``list``);
+    * ``max_abs`` — the largest magnitude of a number it accepts in a value (default
+      :data:`~shiftwatch.operators.records.MAX_ABS`, 1e150, whose square is still finite);
+      larger ones are rejected with :class:`BadInput` naming the limit, as is anything
+      that would make the state infinite or NaN;
     * ``_state_exclude`` — underscore attributes that are configuration, not state.
     """
 
@@ -37,6 +41,7 @@ class Operator:
 
     name: ClassVar[str] = ""
     input_kind: ClassVar[str] = "scalar"
+    max_abs: ClassVar[float] = MAX_ABS
     _state_exclude: ClassVar[tuple[str, ...]] = ()
 
     # ---- lifecycle ------------------------------------------------------------------

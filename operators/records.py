@@ -23,12 +23,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PASSTHROUGH_FIELDS", "BadInput", "DeadLetter", "get_field", "as_scalar", "as_array",
-           "numeric_ts"]
+__all__ = ["PASSTHROUGH_FIELDS", "MAX_ABS", "BadInput", "DeadLetter", "get_field", "as_scalar",
+           "as_array", "numeric_ts"]
 
 
 #: Fields that travel from an input record to the outputs it produces.
 PASSTHROUGH_FIELDS = ("key", "ts", "offset", "y", "task")
+
+#: The largest magnitude of a number :func:`as_scalar` and :func:`as_array` accept (the
+#: default of their ``max_abs``, and of every operator's, see
+#: :attr:`~shiftwatch.operators.contract.Operator.max_abs`). Operators square and multiply
+#: values (variances, distances, matrix products); the square of 1e150 is 1e300, near the
+#: float64 limit of 1.8e308, so a larger value can make an operator's state infinite or NaN
+#: (a detector that then never alarms) rather than a result. No measurement comes near it.
+MAX_ABS = 1e150
 
 
 # --------------------------------------------------------------------------------------
@@ -137,8 +145,13 @@ def get_field(record: Mapping, path: str, default: Any = _MISSING) -> Any:
     return cur
 
 
-def as_scalar(value: Any, name: str = "value") -> float:
-    """Return ``value`` as a finite float or raise :class:`BadInput`.
+def _too_large(name: str, x: float, max_abs: float) -> BadInput:
+    return BadInput(f"{name} {x:.3g} is beyond the magnitude limit max_abs={max_abs:.3g}")
+
+
+def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS) -> float:
+    """Return ``value`` as a finite float of magnitude at most ``max_abs`` (default
+    :data:`MAX_ABS`) or raise :class:`BadInput`.
 
     >>> as_scalar("2.5")
     2.5
@@ -146,13 +159,18 @@ def as_scalar(value: Any, name: str = "value") -> float:
     Traceback (most recent call last):
     ...
     shiftwatch.operators.records.BadInput: value is not finite: nan
+    >>> try:
+    ...     as_scalar(-1e300)
+    ... except BadInput as exc:
+    ...     print(exc)
+    value -1e+300 is beyond the magnitude limit max_abs=1e+150
     """
     if isinstance(value, (bool, np.bool_)):
         return float(value)
     if isinstance(value, numbers.Real):
         try:
             x = float(value)
-        except OverflowError:
+        except (OverflowError, TypeError, ValueError):  # e.g. an int beyond float range
             raise BadInput(f"{name} is too large for a float") from None
     elif isinstance(value, str):
         try:
@@ -166,17 +184,23 @@ def as_scalar(value: Any, name: str = "value") -> float:
             raise BadInput(f"{name} is a ragged nested list, expected a number") from None
         if arr.size != 1:
             raise BadInput(f"{name} has shape {arr.shape}, expected a number")
-        return as_scalar(arr.reshape(-1)[0], name)
+        item = arr.reshape(-1)[0]
+        if isinstance(item, (list, tuple, np.ndarray)):  # nested beyond NumPy's 64 dimensions
+            raise BadInput(f"{name} is a nested list, expected a number")
+        return as_scalar(item, name, max_abs)
     else:
         raise BadInput(f"{name} must be a number, got {type(value).__name__}")
+    if -max_abs <= x <= max_abs:
+        return x
     if not math.isfinite(x):
         raise BadInput(f"{name} is not finite: {x}")
-    return x
+    raise _too_large(name, x, max_abs)
 
 
 def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
-             name: str = "value") -> np.ndarray:
-    """Return ``value`` as a finite float64 array of the given rank/shape or raise BadInput.
+             name: str = "value", max_abs: float = MAX_ABS) -> np.ndarray:
+    """Return ``value`` as a finite float64 array of the given rank/shape, every entry of
+    magnitude at most ``max_abs`` (default :data:`MAX_ABS`), or raise BadInput.
 
     ``shape`` entries may be ``None`` for "any length".
 
@@ -198,20 +222,28 @@ def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
                 s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)):
             want = tuple("*" if s is None else s for s in shape)
             raise BadInput(f"{name} has shape {arr.shape}, expected {want}".replace("'", ""))
-    if not np.all(np.isfinite(arr)):
-        raise BadInput(f"{name} contains NaN or infinite entries")
+    if not (np.abs(arr) <= max_abs).all():
+        if not np.isfinite(arr).all():
+            raise BadInput(f"{name} contains NaN or infinite entries")
+        raise _too_large(name, float(arr.flat[np.argmax(np.abs(arr))]), max_abs)
     return arr
 
 
 def numeric_ts(record: Mapping) -> float | None:
-    """The record's ``ts`` as a float if it is a number (not a bool), else None.
+    """The record's ``ts`` as a float if it is a number (not a bool) a float can hold, else
+    None.
 
     Detectors keep it with each value so that an alarm can say ``change_ts``.
 
     >>> numeric_ts({"ts": 3}), numeric_ts({"ts": "2026-01-01"}), numeric_ts({"ts": True})
     (3.0, None, None)
+    >>> numeric_ts({"ts": 10 ** 400}) is None
+    True
     """
     ts = record.get("ts") if isinstance(record, Mapping) else None
     if isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool):
-        return float(ts)
+        try:
+            return float(ts)
+        except OverflowError:  # an integer beyond float range
+            return None
     return None

@@ -79,7 +79,7 @@ class Standardize(Operator):
 
     def process(self, record: Mapping) -> list[dict]:
         raw = get_field(record, self.field)
-        x = as_array(raw, name=self.field)
+        x = as_array(raw, name=self.field, max_abs=self.max_abs)
         if x.ndim > 1:
             raise BadInput(f"{self.field} must be a number or a vector, got shape {x.shape}")
         if self._shape is not None and list(x.shape) != self._shape:

@@ -43,6 +43,10 @@ class WithInput(Operator):
     def input_kind(self) -> str:  # type: ignore[override]
         return self.operator.input_kind
 
+    @property
+    def max_abs(self) -> float:  # type: ignore[override]
+        return self.operator.max_abs
+
     @staticmethod
     def _merge(record: Any, out: Any) -> Any:
         if isinstance(out, DeadLetter) or not isinstance(record, Mapping):

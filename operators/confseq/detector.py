@@ -44,7 +44,7 @@ from shiftwatch.operators.confseq.kernels import (
     cs_hull_run,
     cs_hull_step,
 )
-from shiftwatch.operators.records import BadInput, as_scalar
+from shiftwatch.operators.records import MAX_ABS, BadInput, as_scalar
 
 __all__ = ["ConfSeqDetector", "CS_CHOICES", "N_LAMBDAS"]
 
@@ -432,6 +432,10 @@ class ConfSeqDetector(river_base.DriftDetector):
         if not np.all(np.isfinite(arr)):
             raise BadInput(f"value at position {int(np.flatnonzero(~np.isfinite(arr))[0])} "
                            "is not finite")
+        big = np.flatnonzero(np.abs(arr) > MAX_ABS)
+        if big.size:
+            raise BadInput(f"value {arr[big[0]]:.3g} at position {int(big[0])} is beyond the "
+                           f"magnitude limit max_abs={MAX_ABS:.3g}")
         if self.bounded:
             bad = np.flatnonzero((arr < self.lower) | (arr > self.upper))
             if bad.size:
@@ -483,13 +487,13 @@ class ConfSeqDetector(river_base.DriftDetector):
     def update(self, x: float) -> None:
         """Update with one value (a number); raises BadInput for bad values."""
         # The common case in one line: a finite float, unbounded data, room in the hull.
-        if type(x) is float and x - x == 0.0 and not self._bounded \
+        if type(x) is float and -MAX_ABS <= x <= MAX_ABS and not self._bounded \
                 and self._step(x, self._mem):
             return
         self._update_slow(x)
 
     def _update_slow(self, x: Any) -> None:
-        if type(x) is not float or x - x != 0.0 or (
+        if type(x) is not float or not -MAX_ABS <= x <= MAX_ABS or (
                 self._bounded and not self.lower <= x <= self.upper):
             x = float(self._check(x))
         while not self._step(x, self._mem):  # 0: a hull array is full

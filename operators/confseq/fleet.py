@@ -134,8 +134,13 @@ class ConfSeqFleet:
         self.template = template
         self._field = template.field
         self._plain = "." not in template.field
-        self._bounded = template.cs == "hoeffding"
-        self._lo, self._hi = float(template.lower), float(template.upper)
+        # The values the short paths take: within [lower, upper] for hoeffding, and within
+        # the operator's max_abs always (anything else goes the checked way).
+        limit = float(template.max_abs)
+        lo, hi = -limit, limit
+        if template.cs == "hoeffding":
+            lo, hi = max(lo, float(template.lower)), min(hi, float(template.upper))
+        self._lo, self._hi = lo, hi
         self._locate = template.locate_kind == "cs"
         det = ConfSeqDetector(**template._detector_params())
         self._det_state = det.state_dict()  # a fresh detector's: the layout of a key's state
@@ -346,7 +351,7 @@ class ConfSeqFleet:
             if outs is not None:
                 return outs
         slot_of = self._slot
-        field, bounded = self._field, self._bounded
+        field = self._field
         lo, hi = self._lo, self._hi
         plain = self._plain
         slots: list[int] = []
@@ -363,7 +368,7 @@ class ConfSeqFleet:
                     k = None
                 if k is not None:
                     v = record.get(field)
-                    if type(v) is float and v - v == 0.0 and (not bounded or lo <= v <= hi):
+                    if type(v) is float and lo <= v <= hi:  # (NaN fails too)
                         t = record.get("ts")
                         slots.append(k)
                         values.append(v)
@@ -419,8 +424,7 @@ class ConfSeqFleet:
         if set(map(type, values)) != {float}:
             return None
         xs = _packed("d", values, np.float64)
-        if not np.isfinite(xs).all() or (self._bounded and not (
-                (xs >= self._lo).all() and (xs <= self._hi).all())):
+        if not ((xs >= self._lo).all() and (xs <= self._hi).all()):  # (NaN fails too)
             return None
         if not has_ts:
             ts = np.full(len(records), math.nan)

@@ -243,12 +243,12 @@ class ConfSeqOperator(Operator):
     def _read(self, record: Mapping) -> tuple[tuple, np.ndarray]:
         raw = get_field(record, self.field)
         if isinstance(raw, (list, tuple, np.ndarray)):
-            value = as_array(raw, ndim=1, name=self.field)
+            value = as_array(raw, ndim=1, name=self.field, max_abs=self.max_abs)
             if value.size == 0:
                 raise BadInput(f"{self.field} is an empty vector")
             shape: tuple = value.shape
         else:
-            value = np.array([as_scalar(raw, self.field)])
+            value = np.array([as_scalar(raw, self.field, self.max_abs)])
             shape = ()
         if self._shape is not None and tuple(self._shape) != shape:
             raise BadInput(f"{self.field} has shape {shape}, expected {tuple(self._shape)} "

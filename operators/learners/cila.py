@@ -45,6 +45,7 @@ from shiftwatch.operators.learners.task_boundaries import (
     check_inner_detector,
 )
 from shiftwatch.operators.learners.torch_nets import (
+    FLOAT32_MAX_ABS,
     TorchThreads,
     check_int,
     is_int,
@@ -267,6 +268,7 @@ class CILA(Operator):
     """
 
     input_kind = "vector (list of numbers) with a label y and an optional task"
+    max_abs = FLOAT32_MAX_ABS  # float32 networks
 
     def __init__(
         self,
@@ -534,7 +536,8 @@ class CILA(Operator):
     # ---- input ------------------------------------------------------------------------
 
     def _parse(self, record: Mapping) -> tuple[np.ndarray, Any, Any, bool, bool]:
-        x = as_array(get_field(record, self.field), ndim=1, name=self.field)
+        x = as_array(get_field(record, self.field), ndim=1, name=self.field,
+                     max_abs=self.max_abs)
         n = self._n_features if self._n_features is not None else self.n_features
         if x.size == 0:
             raise BadInput(f"{self.field} is an empty vector")
@@ -544,9 +547,10 @@ class CILA(Operator):
         if y is not None:
             if isinstance(y, bool) or not isinstance(y, (numbers.Real, str)):
                 raise BadInput(f"y must be an integer or a string label, got {type(y).__name__}")
-            if not isinstance(y, str):
+            if not isinstance(y, (str, numbers.Integral)):  # (float() of a huge int overflows)
                 if not (math.isfinite(float(y)) and float(y) == int(y)):
                     raise BadInput(f"y must be an integer or a string label, got {y!r}")
+            if not isinstance(y, str):
                 y = int(y)
         task = record.get("task")
         if task is not None and (isinstance(task, (Mapping, list, tuple)) or (

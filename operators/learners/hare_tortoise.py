@@ -24,6 +24,7 @@ from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.learners.replay import Reservoir
 from shiftwatch.operators.learners.task_boundaries import check_inner_detector
 from shiftwatch.operators.learners.torch_nets import (
+    FLOAT32_MAX_ABS,
     TorchThreads,
     check_int,
     is_int,
@@ -207,6 +208,7 @@ class HareTortoise(Operator):
     """
 
     input_kind = "vector of in_dim numbers; optional integer label y, task, train"
+    max_abs = FLOAT32_MAX_ABS  # float32 networks
 
     def __init__(
         self,
@@ -495,12 +497,15 @@ class HareTortoise(Operator):
     def _parse(self, record: Mapping) -> tuple[np.ndarray, int | None, bool, bool]:
         if not isinstance(record, Mapping):
             raise BadInput(f"record is a {type(record).__name__}, not a mapping")
-        x = as_array(get_field(record, self.field), shape=(self.in_dim,), name=self.field)
+        x = as_array(get_field(record, self.field), shape=(self.in_dim,), name=self.field,
+                     max_abs=self.max_abs)
         y = record.get("y")
         if y is not None:
             if isinstance(y, bool) or not isinstance(y, numbers.Real):
                 raise BadInput(f"label y must be an integer class index, got {y!r}"[:200])
-            if not float(y).is_integer() or not 0 <= y < self.n_classes:
+            # (an integer is compared as it is: float() of a huge one overflows)
+            if not (isinstance(y, numbers.Integral) or float(y).is_integer()) \
+                    or not 0 <= y < self.n_classes:
                 raise BadInput(f"label y={y!r} is not a class index in 0..{self.n_classes - 1}")
             y = int(y)
         train = record.get("train", True) is not False

@@ -34,8 +34,18 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["load_torch", "TorchThreads", "TORCH_SETTINGS_LOCK", "seeded_init", "mlp", "is_int",
-           "check_int"]
+__all__ = ["FLOAT32_MAX_ABS", "load_torch", "TorchThreads", "TORCH_SETTINGS_LOCK", "seeded_init",
+           "mlp", "is_int", "check_int"]
+
+#: The learners' ``max_abs``: the largest magnitude of an input entry they accept. They compute
+#: in float32 (largest 3.4e38), where the records' float64 ``MAX_ABS`` (1e150) is already
+#: infinite; 1e15 keeps a value's square below 1e30, the same margin below float32's limit as
+#: ``MAX_ABS``'s 1e300 below float64's. Measured on the check suite's networks (a dozen such
+#: inputs among 36 records): 1e39 (infinite in float32) made every weight NaN, 1e30 made Adam's
+#: second moments and BatchNorm's running variance infinite, 1e19 did neither. (Training on a
+#: whole stream of inputs near 1e12 and above can still diverge, as on any badly scaled
+#: features: standardize them first.)
+FLOAT32_MAX_ABS = 1e15
 
 _torch: Any = None
 

@@ -127,7 +127,7 @@ class Grassmann(Manifold):
     def validate(self, x: object, name: str = "value") -> np.ndarray:
         a = as_array(x, shape=(self.n, self.p), name=name)
         err = float(np.max(np.abs(a.T @ a - np.eye(self.p))))
-        if err > self.atol:
+        if not err <= self.atol:  # (NaN is not)
             raise BadInput(f"{name} does not have orthonormal columns "
                            f"(max |X^T X - I| = {err:.3g})")
         return as_f64(a)

@@ -42,6 +42,9 @@ __all__ = ["KarcherDetector", "calibrate_threshold", "THRESHOLD_MODES"]
 #: The non-numeric values of ``threshold``.
 THRESHOLD_MODES = ("adaptive", "calibrated")
 
+#: Why a valid point is rejected when its step would make the estimates infinite or NaN.
+OVERFLOW_REASON = "value would make the Karcher-mean estimates overflow (not finite)"
+
 
 # --------------------------------------------------------------------------------------
 # Batch kernels: advance (P0, P1) over a (T, ...) stack of samples, write g_t to ``out``
@@ -421,21 +424,61 @@ class KarcherDetector(DriftDetector):
     def threshold_value(self) -> float | None:
         return self._h
 
-    def _advance(self, xs: np.ndarray) -> np.ndarray:
-        # Run the kernel over xs (already validated, same shape), starting a fresh pair of
-        # estimates at xs[0] when there are none; returns g for each sample.
+    def _run_kernel(self, xs: np.ndarray) -> np.ndarray:
+        # Run the kernel over xs (already validated, same shape) on copies of the estimates,
+        # starting a fresh pair at xs[0] when there are none, and keep the copies; returns g
+        # for each sample.
         kind = self.geometry.kind
         out = np.zeros(len(xs))
         start = 0
         if self._p0 is None:
-            self._p0 = _to_internal(kind, xs[0])
-            self._p1 = self._p0.copy()
+            p0 = _to_internal(kind, xs[0])
+            p1 = p0.copy()
             start = 1
+        else:
+            p0, p1 = self._p0.copy(), self._p1.copy()
         if start < len(xs):
-            _KERNELS[kind](np.ascontiguousarray(xs[start:]), self._p0, self._p1,
+            _KERNELS[kind](np.ascontiguousarray(xs[start:]), p0, p1,
                            2.0 * self.step_slow, 2.0 * self.step_fast,
                            self.update_rule == "retraction", out[start:])
+        self._p0, self._p1 = p0, p1
         return out
+
+    def _advance(self, xs: np.ndarray) -> tuple[np.ndarray, int | None]:
+        """``(g, None)`` for the samples ``xs``, or ``(g[:k], k)`` when sample ``k`` would make
+        the estimates (and so ``g``) infinite or NaN: the estimates are then those after
+        sample ``k - 1`` and the samples from ``k`` on are not taken.
+
+        Validated samples keep the estimates finite except in corner cases of the arithmetic
+        (the second-order retraction on samples very far from the estimate grows it without
+        bound; whitening an ill-conditioned sample by an ill-conditioned estimate rounds its
+        eigenvalues to zero), so this check costs one pass over ``g`` per call."""
+        before = (self._p0, self._p1)
+        g = self._finite_run(xs)
+        if g is not None:
+            return g, None
+        # Find the first sample that breaks the estimates, one at a time (rare).
+        self._p0, self._p1 = before
+        out = np.zeros(len(xs))
+        for k in range(len(xs)):
+            kept = (self._p0, self._p1)
+            gk = self._finite_run(xs[k:k + 1])
+            if gk is None:
+                self._p0, self._p1 = kept
+                return out[:k], k
+            out[k] = gk[0]
+        return out, None
+
+    def _finite_run(self, xs: np.ndarray) -> np.ndarray | None:
+        # _run_kernel's g, or None when the estimates became infinite or NaN (the kernels'
+        # factorisations then raise: Cholesky ValueError, eigh LinAlgError on NaN).
+        try:
+            g = self._run_kernel(xs)
+        except (ValueError, ZeroDivisionError, np.linalg.LinAlgError):
+            return None
+        if np.isfinite(g).all() and np.isfinite(self._p0).all() and np.isfinite(self._p1).all():
+            return g
+        return None
 
     def _judge(self, g: float) -> bool:
         # Threshold bookkeeping for one statistic; returns the alarm.
@@ -464,22 +507,33 @@ class KarcherDetector(DriftDetector):
             self._n = 0
 
     def update(self, x: Any) -> None:
-        """Take one sample; raises BadInput (state untouched) for a value off the manifold."""
+        """Take one sample; raises BadInput (state untouched) for a value off the manifold
+        or one that would make the estimates overflow."""
         point = self.validate(x)
+        before = (self._restart, self._p0, self._p1, self._n, self._shape)
         self._start_over_if_needed()
         if self._shape is None:
             self._shape = list(point.shape)
-        g = float(self._advance(point[None])[0])
-        self._drift_detected = self._judge(g)
+        g, bad = self._advance(point[None])
+        if bad is not None:
+            self._restart, self._p0, self._p1, self._n, self._shape = before
+            raise BadInput(OVERFLOW_REASON)
+        self._drift_detected = self._judge(float(g[0]))
         if self._drift_detected and self.reset_on_alarm:
             self._restart = True
 
     def update_many(self, xs: np.ndarray, stop_at_alarm: bool = False,
+                    stop_at_overflow: bool = False,
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``update`` over validated points ``xs`` (T, ...): returns (g, alarms, thresholds).
 
         With ``stop_at_alarm`` it returns right after the first alarm (the arrays then end
         there), with the estimates as they were at the alarm.
+
+        A point that would make the estimates overflow is not taken: the points before it
+        are, then BadInput is raised, as ``update`` in a loop would; with
+        ``stop_at_overflow`` it returns instead, the arrays ending before that point (so
+        shorter than ``xs`` without ending in an alarm).
 
         ``thresholds`` holds the threshold each ``g`` was compared with (NaN where there was
         none yet).
@@ -496,12 +550,12 @@ class KarcherDetector(DriftDetector):
             self._start_over_if_needed()
             if self._shape is None:
                 self._shape = list(xs[i].shape)
-            saved = None if self._p0 is None or not stop_at_alarm else (self._p0.copy(),
-                                                                         self._p1.copy())
-            g = self._advance(xs[i:])
-            # The kernel ran to the end; if an alarm resets the estimates at j, the samples
-            # after j are redone from the fresh start, so the result equals the loop.
-            stop = len(xs)
+            saved = None if self._p0 is None or not stop_at_alarm else (self._p0, self._p1)
+            g, bad = self._advance(xs[i:])
+            # The kernel ran to the end (or to a point that would overflow); if an alarm
+            # resets the estimates at j, the samples after j are redone from the fresh start,
+            # so the result equals the loop.
+            stop = len(xs) if bad is None else i + bad
             for j in range(len(g)):
                 g_all[i + j] = g[j]
                 alarm = self._judge(float(g[j]))
@@ -522,8 +576,13 @@ class KarcherDetector(DriftDetector):
                         self._p0 = self._p1 = None
                     else:
                         self._p0, self._p1 = saved
-                    self._advance(xs[i:stop])
+                    self._run_kernel(xs[i:stop])  # (finite: it was, up to the alarm)
                     break
+            else:
+                if bad is not None:  # no alarm before the point that would overflow
+                    if stop_at_overflow:
+                        return g_all[:stop], alarms[:stop], hs[:stop]
+                    raise BadInput(f"{OVERFLOW_REASON} (point {stop} of {len(xs)})")
             i = stop
             if stop_at_alarm and alarms[i - 1]:
                 return g_all[:i], alarms[:i], hs[:i]
@@ -548,7 +607,10 @@ class KarcherDetector(DriftDetector):
         twin._shape = list(geo.point_shape())
         twin._p0 = None if self._p0 is None else self._p0.copy()
         twin._p1 = None if self._p1 is None else self._p1.copy()
-        return twin._advance(xs)
+        g, bad = twin._advance(xs)
+        if bad is not None:
+            raise BadInput(f"{OVERFLOW_REASON} (xs[{bad}])")
+        return g
 
     # ---- state ----------------------------------------------------------------------
 

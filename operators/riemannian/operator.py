@@ -17,7 +17,11 @@ from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.locate import ValueWindow, mean_change_split
 from shiftwatch.operators.records import BadInput, DeadLetter, get_field, numeric_ts
 from shiftwatch.operators.registry import register
-from shiftwatch.operators.riemannian.karcher import KarcherDetector, point_distances
+from shiftwatch.operators.riemannian.karcher import (
+    OVERFLOW_REASON,
+    KarcherDetector,
+    point_distances,
+)
 from shiftwatch.operators.sensitivity import Sensitivity
 
 __all__ = ["KarcherOperator"]
@@ -173,8 +177,10 @@ class KarcherOperator(Operator):
         if self.restart and self.reset_on_alarm and len(pts):
             # Start the estimates (and the burn-in) at the located change, not at the next
             # point; alarms while re-feeding are not reported (nor possible before burn_in).
+            # (Points already taken once; should one overflow the new estimates, re-feeding
+            # stops there.)
             det._start_over_if_needed()
-            det.update_many(pts)
+            det.update_many(pts, stop_at_overflow=True)
 
     def _emit(self, record: Mapping, g: float, alarm: bool) -> dict:
         h = self._detector.threshold_value
@@ -204,13 +210,17 @@ class KarcherOperator(Operator):
             recs = [r for r, _ in run]
             i = 0
             while i < len(pts):
-                g, alarms, hs = det.update_many(pts[i:], stop_at_alarm=True)
+                g, alarms, hs = det.update_many(pts[i:], stop_at_alarm=True,
+                                                stop_at_overflow=True)
                 self._accept(pts[i:i + len(g)], recs[i:i + len(g)])
                 for rec, gi, ai, hi in zip(recs[i:i + len(g)], g, alarms, hs, strict=True):
                     out.append(self._output(rec, alarm=bool(ai), statistic=float(gi),
                                             threshold=None if math.isnan(hi) else float(hi)))
-                if alarms[-1]:
+                if len(g) and alarms[-1]:
                     self._after_alarm(out[-1])
+                elif i + len(g) < len(pts):  # the next point would overflow the estimates
+                    out.append(self._dead_letter(recs[i + len(g)], BadInput(OVERFLOW_REASON)))
+                    i += 1
                 i += len(g)
             run.clear()
 

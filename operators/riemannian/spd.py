@@ -9,7 +9,7 @@ import math
 import numpy as np
 from numba import njit
 
-from shiftwatch.operators.records import BadInput, as_array
+from shiftwatch.operators.records import MAX_ABS, BadInput, as_array
 from shiftwatch.operators.riemannian.base import Manifold, as_f64, check_int
 from shiftwatch.operators.riemannian.linalg import (
     FASTMATH_FMA,
@@ -26,12 +26,25 @@ from shiftwatch.operators.riemannian.linalg import (
     sym_sqrtm_pair,
 )
 
-__all__ = ["SPD", "SPD_METRICS"]
-
+__all__ = ["SPD", "SPD_METRICS", "MIN_EIGENVALUE", "MAX_EIGENVALUE", "MAX_CONDITION"]
 
 
 #: The metrics :class:`SPD` accepts.
 SPD_METRICS = ("affine", "log-euclidean", "bures-wasserstein")
+
+#: The eigenvalues of a point :meth:`SPD.validate` accepts lie in
+#: [MIN_EIGENVALUE, MAX_EIGENVALUE] = [1 / MAX_ABS, MAX_ABS] = [1e-150, 1e150]: the geometry
+#: whitens one matrix by another (``L^-1 X L^-T``, ``P^1/2 X P^1/2``), whose eigenvalues are
+#: then ratios or products of two such eigenvalues, within [1e-300, 1e300]: finite, and not
+#: subnormal, so their logarithms and square roots are too.
+MIN_EIGENVALUE = 1.0 / MAX_ABS
+MAX_EIGENVALUE = MAX_ABS
+#: The largest condition number (largest / smallest eigenvalue) of a point. An eigensolver
+#: finds each eigenvalue to within about ``eps * largest`` (eps = 2.2e-16); at 1e12 the
+#: smallest is still 4,500 times that error, so it stays positive and its logarithm keeps three
+#: digits. A covariance matrix that ill-conditioned is degenerate (constant or collinear
+#: channels; ``window_covariance``'s shrinkage keeps its outputs far below).
+MAX_CONDITION = 1e12
 
 
 # --------------------------------------------------------------------------------------
@@ -314,18 +327,29 @@ class SPD(Manifold):
         return (self.n, self.n)
 
     def validate(self, x: object, name: str = "value") -> np.ndarray:
+        """``x`` as a float64 SPD matrix, or BadInput: not symmetric, not positive definite,
+        eigenvalues beyond [:data:`MIN_EIGENVALUE`, :data:`MAX_EIGENVALUE`] or a condition
+        number above :data:`MAX_CONDITION` (where the geometry's arithmetic overflows or
+        rounds the eigenvalues away)."""
         a = as_array(x, shape=(self.n, self.n), name=name)
         scale = max(1.0, float(np.max(np.abs(a))))
         asym = float(np.max(np.abs(a - a.T)))
-        if asym > self.atol * scale:
+        if not asym <= self.atol * scale:
             raise BadInput(f"{name} is not symmetric (max |A - A^T| = {asym:.3g})")
         a = as_f64(0.5 * (a + a.T))
         try:
-            np.linalg.cholesky(a)
-        except np.linalg.LinAlgError:
-            lo = float(np.linalg.eigvalsh(a)[0])
-            raise BadInput(f"{name} is not positive definite (smallest eigenvalue {lo:.3g})"
-                           ) from None
+            lam = np.linalg.eigvalsh(a)
+        except np.linalg.LinAlgError:  # (no convergence: not seen on finite input)
+            raise BadInput(f"{name}: its eigenvalues cannot be computed") from None
+        lo, hi = float(lam[0]), float(lam[-1])
+        if not lo > 0.0:
+            raise BadInput(f"{name} is not positive definite (smallest eigenvalue {lo:.3g})")
+        if not (MIN_EIGENVALUE <= lo and hi <= MAX_EIGENVALUE):
+            raise BadInput(f"{name} has eigenvalues in [{lo:.3g}, {hi:.3g}], beyond the limits "
+                           f"[{MIN_EIGENVALUE:.3g}, {MAX_EIGENVALUE:.3g}]")
+        if not hi <= MAX_CONDITION * lo:
+            raise BadInput(f"{name} has condition number {hi / lo:.3g}, above the limit "
+                           f"{MAX_CONDITION:.3g}")
         return a
 
     def log(self, point: np.ndarray, base_point: np.ndarray) -> np.ndarray:

@@ -103,7 +103,7 @@ class Sphere(Manifold):
     def validate(self, x: object, name: str = "value") -> np.ndarray:
         a = as_array(x, shape=(self.dim + 1,), name=name)
         err = abs(float(np.sqrt(a @ a)) - 1.0)
-        if err > self.atol:
+        if not err <= self.atol:  # (NaN is not)
             raise BadInput(f"{name} is not a unit vector (| |x| - 1 | = {err:.3g})")
         return as_f64(a)
 

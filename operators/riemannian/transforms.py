@@ -48,8 +48,9 @@ class _Window(Operator):
         self._buffer = np.zeros((0, 0))
         self._seen = 0
 
-    def _push(self, record: Mapping) -> np.ndarray | None:
-        x = as_array(get_field(record, self.field), ndim=1, name=self.field)
+    def process(self, record: Mapping) -> list[dict]:
+        x = as_array(get_field(record, self.field), ndim=1, name=self.field,
+                     max_abs=self.max_abs)
         if x.size < 2:
             raise BadInput(f"{self.field} must be a vector of length >= 2, got {x.size}")
         if self._buffer.shape[1] and x.size != self._buffer.shape[1]:
@@ -57,11 +58,19 @@ class _Window(Operator):
                            f"{self._buffer.shape[1]}")
         self._validate_vector(x)
         buf = self._buffer if self._buffer.shape[1] else np.zeros((0, x.size))
-        self._buffer = np.vstack([buf, x[None]])[-self.window:]
-        self._seen += 1
-        if len(self._buffer) < self.window or (self._seen - self.window) % self.stride:
-            return None
-        return self._buffer
+        buf = np.vstack([buf, x[None]])[-self.window:]
+        seen = self._seen + 1
+        out = []
+        if len(buf) == self.window and not (seen - self.window) % self.stride:
+            # The point first, the window after: should its computation fail, the state is
+            # untouched.
+            out = [{**record, "value": self._point(buf)}]
+        self._buffer, self._seen = buf, seen
+        return out
+
+    def _point(self, buf: np.ndarray) -> list:
+        """The manifold point of a full window, as nested lists (BadInput if none)."""
+        raise NotImplementedError
 
     def _validate_vector(self, x: np.ndarray) -> None:
         pass
@@ -134,16 +143,12 @@ class WindowCovariance(_Window):
                 or not self.min_eig > 0:
             raise ValueError(f"min_eig must be a positive number, got {self.min_eig!r}")
 
-    def process(self, record: Mapping) -> list[dict]:
-        buf = self._push(record)
-        if buf is None:
-            return []
+    def _point(self, buf: np.ndarray) -> list:
         d = buf.shape[1]
         c = buf - buf.mean(axis=0)
         s = c.T @ c / (len(buf) - 1)
         s = (1 - self.shrinkage) * s + (self.shrinkage * np.trace(s) / d + self.min_eig) * np.eye(d)
-        s = 0.5 * (s + s.T)
-        return [{**record, "value": s.tolist()}]
+        return (0.5 * (s + s.T)).tolist()
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict]:
@@ -206,16 +211,16 @@ class WindowSubspace(_Window):
         if x.size <= self.rank:
             raise BadInput(f"{self.field} has length {x.size}, must exceed rank={self.rank}")
 
-    def process(self, record: Mapping) -> list[dict]:
-        buf = self._push(record)
-        if buf is None:
-            return []
+    def _point(self, buf: np.ndarray) -> list:
         c = buf - buf.mean(axis=0) if self.center else buf
-        _, _, vt = np.linalg.svd(c, full_matrices=False)
+        try:
+            _, _, vt = np.linalg.svd(c, full_matrices=False)
+        except np.linalg.LinAlgError:  # "SVD did not converge" (not seen on finite input)
+            raise BadInput(f"{self.field}: the window's SVD did not converge") from None
         basis = vt[: self.rank].T.copy()
         idx = np.argmax(np.abs(basis), axis=0)
         basis *= np.sign(basis[idx, np.arange(self.rank)])
-        return [{**record, "value": basis.tolist()}]
+        return basis.tolist()
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict]:
@@ -256,7 +261,8 @@ class NormalizeSphere(Operator):
             raise ValueError(f"min_norm must be a positive number, got {self.min_norm!r}")
 
     def process(self, record: Mapping) -> list[dict]:
-        x = as_array(get_field(record, self.field), ndim=1, name=self.field)
+        x = as_array(get_field(record, self.field), ndim=1, name=self.field,
+                     max_abs=self.max_abs)
         if x.size < 2:
             raise BadInput(f"{self.field} must be a vector of length >= 2, got {x.size}")
         norm = float(np.linalg.norm(x))

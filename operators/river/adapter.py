@@ -388,12 +388,12 @@ class RiverDetector(Operator):
         field = self.field
         raw = get_field(record, field)
         if isinstance(raw, (list, tuple, np.ndarray)):
-            value: Any = as_array(raw, ndim=1, name=field)
+            value: Any = as_array(raw, ndim=1, name=field, max_abs=self.max_abs)
             if value.size == 0:
                 raise BadInput(f"{field} is an empty vector")
             shape: tuple = value.shape
         else:
-            value = as_scalar(raw, field)
+            value = as_scalar(raw, field, self.max_abs)
             shape = ()
         if self.binary and not np.all((np.asarray(value) == 0.0) | (np.asarray(value) == 1.0)):
             raise BadInput(f"{self.name} takes 0/1 or booleans (1 = error), got "
@@ -403,10 +403,11 @@ class RiverDetector(Operator):
     def process(self, record: Mapping) -> list[dict]:
         det = self._detector
         if det is not None and type(record) is dict and not self.binary and "." not in self.field:
-            # The hot path (a scalar detector already running, a finite float value) skips
+            # The hot path (a scalar detector already running, a float within max_abs) skips
             # the general checks; anything else takes the slow path below.
             raw = record.get(self.field)
-            if type(raw) is float and raw - raw == 0.0:
+            hi = self.max_abs
+            if type(raw) is float and -hi <= raw <= hi:
                 det.update(raw)
                 window = self._window
                 if window is not None:
@@ -483,6 +484,8 @@ class RiverDetector(Operator):
         if det is None or self.binary or "." in self.field:
             return super().process_batch(records)
         field, statistic, warning = self.field, self._statistic, self.has_warning
+        hi = self.max_abs
+        lo = -hi
         update = det.update
         window = self._window
         push = None if window is None else window.push
@@ -491,12 +494,12 @@ class RiverDetector(Operator):
         for record in records:
             if type(record) is dict:
                 raw = record.get(field)
-                if type(raw) is float and raw - raw == 0.0:
+                if type(raw) is float and lo <= raw <= hi:
                     update(raw)
                     if push is not None:
                         ts = record.get("ts")
-                        push(raw, ts if type(ts) is float or type(ts) is int
-                             else numeric_ts(record))
+                        # (an int ts goes through numeric_ts: it may be beyond float range)
+                        push(raw, ts if type(ts) is float else numeric_ts(record))
                     o = {}
                     for f in PASSTHROUGH_FIELDS:
                         if f in record:
