@@ -43,7 +43,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from shiftwatch.operators.codec import parse_object
+from shiftwatch.operators.codec import MAX_DIGITS, parse_object
 from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 from shiftwatch.streams.base import Source
 
@@ -64,9 +64,10 @@ def _check_path(path: str | os.PathLike) -> str:
     return p
 
 
-#: A numeric cell with more digits than this is refused: ``float`` would round it to infinity
-#: or to 17 significant digits, ``int`` refuses 4300 and more, and no measurement needs them.
-MAX_NUMBER_DIGITS = 1000
+#: A numeric cell with more digits than this is refused: the JSON decoder's limit
+#: (:data:`shiftwatch.operators.codec.MAX_DIGITS`, 100), so a CSV and a JSONL log of the same
+#: data give the same dead letters.
+MAX_NUMBER_DIGITS = MAX_DIGITS
 
 # The JSON number grammar (RFC 8259), plus a leading "+"; and the non-finite spellings float()
 # reads, which pass the grammar only for the value check to reject them as not finite.

@@ -212,7 +212,7 @@ def test_calibrate_skips_a_5000_digit_cell_as_a_dead_letter(tmp_path, capsys):
     path.write_text("\n".join(rows) + "\n")
     assert _calibrate(path, tmp_path / "cal") == 0
     captured = capsys.readouterr()
-    assert "skipped 2 records the history cannot use: 2 x temp: number has more than 1000 " \
+    assert "skipped 2 records the history cannot use: 2 x temp: number has more than 100 " \
            "digits" in captured.out
     assert captured.err == ""
     info = json.loads((tmp_path / "cal" / "calibration.json").read_text())["info"]
