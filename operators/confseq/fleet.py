@@ -146,6 +146,7 @@ class ConfSeqFleet:
         self._det_state = det.state_dict()  # a fresh detector's: the layout of a key's state
         self._det_encoded: dict | None = None  # its entries encoded (slot_state_encoded)
         self._grid = det._grid
+        self._burn_cfg = det._burn_cfg.copy()
         self._scal0 = det._scalars.copy()
         self._n_burn = det._burn.shape[0]
         # A reader for a new key (shape not fixed) and one for a scalar key.
@@ -318,7 +319,7 @@ class ConfSeqFleet:
         while done < xs.shape[0]:
             done = fleet_hull_run(slots, xs, ts, done, self._grid, self._st, self._st32,
                                   self._ix, self._burn, self._bfree, self._pool_x,
-                                  self._pool_yt, self._pmeta, out)
+                                  self._pool_yt, self._pmeta, out, self._burn_cfg)
             if done < xs.shape[0]:
                 k = int(slots[done])
                 if (self._scal[k, S_NBURN] < self._scal[k, S_BURN] and self._brow[k] < 0

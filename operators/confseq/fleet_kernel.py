@@ -21,6 +21,7 @@ from numba.extending import intrinsic
 
 from shiftwatch.operators.confseq.detector import N_LAMBDAS
 from shiftwatch.operators.confseq.kernels import (
+    B_EFFECTIVE,
     S_ALARM,
     S_ARGHI,
     S_ARGLO,
@@ -35,6 +36,7 @@ from shiftwatch.operators.confseq.kernels import (
     S_TSLO,
     S_UPPER,
     S_VAR,
+    long_run_burn_step,
 )
 
 __all__ = ["fleet_hull_run", "fleet_compact", "grown_cap", "take_burn_row", "return_burn_row",
@@ -168,7 +170,7 @@ PREFETCH_BYTES = 1 << 20
 
 @njit(cache=True)
 def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x, pool_yt, pmeta,
-                   out):
+                   out, burn_cfg):
     """Run values ``xs[start:]`` through the detectors of ``slots``; return the count consumed.
 
     Slot ``k``'s state is row ``k`` of ``st`` (float64: the detector's scalars, the walks,
@@ -190,7 +192,9 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
     A key in its burn-in keeps its values in row ``ix[k, X_BROW]`` of ``burn``; other keys
     have -1 there. Free rows are a stack: ``bfree[0]`` of them, in ``bfree[1:]``. A key takes
     a row when its burn-in starts and gives it back when it ends, so the rows in use are those
-    of keys in burn-in (new keys, and keys restarting after an alarm).
+    of keys in burn-in (new keys, and keys restarting after an alarm). A row holds the values
+    (``burn_cfg`` all zeros: the marginal scale) or the accumulators of
+    :func:`~shiftwatch.operators.confseq.kernels.long_run_burn_step` (the long-run scale).
 
     The hull points of side ``s`` are ``pool_x`` (record indices since the restart: int32 or
     float64, the arithmetic is float64 either way, exactly) and ``pool_yt`` (walk value and
@@ -255,6 +259,18 @@ def fleet_hull_run(slots, xs, ts, start, grid, st, st32, ix, burn, bfree, pool_x
                 b = take_burn_row(ix, k, bfree)
                 if b < 0:
                     return i
+            if burn_cfg[B_EFFECTIVE] > 0.0:  # the detector's own step (views: burn-in only)
+                long_run_burn_step(st[k], burn[b], x, burn_cfg)
+                if st[k, S_NBURN] >= st[k, S_BURN]:
+                    return_burn_row(ix, k, bfree)
+                st[k, C_COUNT] = position + 1.0
+                out[F_ALARM, i] = 0.0
+                out[F_LOWER, i] = -np.inf
+                out[F_UPPER, i] = np.inf
+                out[F_AT, i] = -1.0
+                out[F_TS, i] = np.nan
+                i += 1
+                continue
             nb = int(st[k, S_NBURN])
             burn[b, nb] = x
             nb += 1

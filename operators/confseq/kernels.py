@@ -37,11 +37,12 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "hull_argmax_slope",
-           "hull_walk_argmax", "hull_tangents_walk",
+           "hull_walk_argmax", "hull_tangents_walk", "long_run_burn_step", "long_run_variance",
            "HULL_STATE", "BETTING_STATE", "M_FLAG", "M_PFA", "M_LAYOUT",
            "M_HULL_SIZE",
            "S_N", "S_LOWER", "S_UPPER", "S_SUM", "S_ALARM", "S_NBURN", "S_CENTER", "S_SCALE",
-           "S_VAR", "S_BURN", "S_ARGLO", "S_ARGHI", "S_TSLO", "S_TSHI", "N_SCALARS", "OUT_ROWS"]
+           "S_VAR", "S_BURN", "S_ARGLO", "S_ARGHI", "S_TSLO", "S_TSHI", "N_SCALARS", "OUT_ROWS",
+           "B_EFFECTIVE", "B_BATCHES", "B_LEVELS", "B_FIRST", "N_BURN_CFG"]
 
 # Layout of the scalar state vector shared by both kernels.
 S_N = 0        # observations in the current run (after the burn-in)
@@ -66,7 +67,8 @@ N_SCALARS = 14
 # holds the flags, then for each array of ``*_STATE`` its offset in the float buffer and shape
 # (padded with 1s to 3 axes), then the hull sizes. The float arrays, in order:
 HULL_STATE = ("_grid", "_hull_x", "_hull_y", "_walk", "_scalars", "_burn", "_ring_y",
-              "_ring_best", "_last", "_one", "_hint", "_hull_t", "_ring_t", "_support")
+              "_ring_best", "_last", "_one", "_hint", "_hull_t", "_ring_t", "_support",
+              "_burn_cfg")
 BETTING_STATE = ("_theta", "_lam_plus", "_lam_minus", "_cap_plus", "_cap_minus", "_scalars",
                  "_burn", "_last", "_one", "_params")
 M_FLAG = 0     # empirical Bernstein (hull) / quantile (betting)
@@ -197,6 +199,92 @@ def _finish_burn_in(scal, burn, scale_from_burn):
         scal[S_SCALE] = max(sd, 1e-12 * max(1.0, abs(mean)))
 
 
+#: Layout of ``burn_cfg`` (the long-run burn-in's configuration, not state; all zeros: the
+#: burn-in of ``burn_in`` values with the marginal standard deviation).
+B_EFFECTIVE = 0  # effective values the burn-in must hold (> 0: the long-run scale)
+B_BATCHES = 1    # least number of batches at a batch size used in the estimate
+B_LEVELS = 2     # batch sizes 2^1 .. 2^levels are tracked
+B_FIRST = 3      # the first checkpoint (burn_in values)
+N_BURN_CFG = 4
+
+
+@njit(cache=True)
+def long_run_variance(w, n, batches, levels):
+    """``(marginal, long_run)`` variances from the burn-in accumulators ``w`` after ``n``
+    values (see :func:`long_run_burn_step`).
+
+    ``marginal`` is the sample variance (ddof 1); ``long_run`` the largest of it and
+    ``b`` times the sample variance of the means of the ``n // b`` complete batches of
+    ``b = 2, 4, 8, ...`` consecutive values, over the sizes with at least ``batches``
+    batches: an estimate of ``max_k Var(S_k) / k``, the variance per value that partial
+    sums of every length up to ``n / batches`` need (``sigma^2`` for independent values,
+    the long-run variance ``sum_h gamma_h`` for positively correlated ones).
+    """
+    ni = int(n)
+    marginal = w[4] / (n - 1.0)
+    top = marginal
+    for j in range(1, levels + 1):
+        m = ni >> j
+        if m < batches or m < 2:
+            break
+        v = (1 << j) * w[2 + 3 * j + 2] / (m - 1.0)
+        if v > top:
+            top = v
+    return marginal, top
+
+
+@njit(cache=True)
+def long_run_burn_step(scal, w, x, cfg):
+    """One value ``x`` of the long-run burn-in (``cfg[B_EFFECTIVE] > 0``); ends it when due.
+
+    The accumulators ``w``: ``w[0]`` the burn-in's first value (subtracted from every value
+    before summing, so that a large level does not cost digits), ``w[1]`` the next
+    checkpoint, then for each batch size ``2^j`` (``j = 0 .. levels``) the sum of its
+    current incomplete batch, and the running mean and sum of squared deviations
+    (Welford) of its complete batches' means. A batch of ``2^j`` is the sum of two of
+    ``2^(j-1)``, carried up when it completes: O(1) amortised per value and O(levels)
+    memory, whatever the burn-in's length.
+
+    At checkpoints (the ``burn_in``-th value, then 10% more values each time) the burn-in
+    ends if it holds ``cfg[B_EFFECTIVE]`` effective values, ``n * marginal / long_run >=
+    effective`` (:func:`long_run_variance`); at ``scal[S_BURN]`` values (``burn_in_max``) it
+    ends anyway. At the end the location is the burn-in's mean and the scale the square
+    root of the long-run variance, and ``scal[S_NBURN]`` jumps to ``scal[S_BURN]``.
+    """
+    n = scal[S_NBURN] + 1.0
+    scal[S_NBURN] = n
+    levels = int(cfg[B_LEVELS])
+    if n == 1.0:  # a new burn-in: the accumulators may hold an earlier one's
+        for q in range(w.shape[0]):
+            w[q] = 0.0
+        w[0] = x
+        w[1] = cfg[B_FIRST]
+    ni = int(n)
+    s = x - w[0]
+    for j in range(levels + 1):
+        base = 2 + 3 * j
+        if j > 0:
+            w[base] += s
+            if ni % (1 << j) != 0:
+                break
+            s = w[base]
+            w[base] = 0.0
+        mean = s / (1 << j)
+        delta = mean - w[base + 1]
+        w[base + 1] += delta / (ni >> j)
+        w[base + 2] += delta * (mean - w[base + 1])
+    last = n >= scal[S_BURN]
+    if n >= w[1] or last:
+        marginal, top = long_run_variance(w, n, cfg[B_BATCHES], levels)
+        if last or n * marginal >= cfg[B_EFFECTIVE] * top:
+            center = w[0] + w[3]
+            scal[S_CENTER] = center
+            scal[S_SCALE] = max(math.sqrt(top), 1e-12 * max(1.0, abs(center)))
+            scal[S_NBURN] = scal[S_BURN]
+        else:
+            w[1] = n + max(1, ni // 10)
+
+
 @njit(cache=True)
 def _support_refresh(hull_x, hull_y, s, h, grid, v, r, sup):
     """Recompute the skip filter of the shared hull of side ``s`` for the running max ``r``.
@@ -231,7 +319,8 @@ def _support_refresh(hull_x, hull_y, s, h, grid, v, r, sup):
 
 @njit(cache=True)
 def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk, scal, burn,
-                ring_y, ring_best, out, stop_at_alarm, hint, ts, hull_t, ring_t, support):
+                ring_y, ring_best, out, stop_at_alarm, hint, ts, hull_t, ring_t, support,
+                burn_cfg):
     """Run the linear-boundary CS detector over ``xs[start:]``; return the count consumed.
 
     ``grid[0]`` holds ``lambda_j``, ``grid[1]`` the drift coefficient ``a_j`` (the walk of side
@@ -259,6 +348,11 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
     multiply-adds and no search; the outputs are the same as with the queries on every
     step. ``support`` (2, ``2 n_grid + 2``) is that filter's cache: not state (NaN in its
     last column = recompute).
+
+    The burn-in (``scal[S_BURN] > 0``, the scale-free sub-Gaussian CS) learns the location
+    and scale: from ``burn`` holding the first ``scal[S_BURN]`` values (marginal standard
+    deviation) when ``burn_cfg`` is all zeros, else with :func:`long_run_burn_step` (``burn``
+    its accumulators, ``burn_cfg`` its configuration, ``B_*``).
 
     ``hint[s, j]`` is where the tangent query of side ``s`` and ``lambda_j`` starts walking
     in the per-lambda hulls (:func:`hull_walk_argmax`); it holds the last answer and is not
@@ -293,10 +387,13 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
             if n_burn > 0:
                 scal[S_NBURN] = 0.0
         if scal[S_NBURN] < n_burn:
-            burn[int(scal[S_NBURN])] = x
-            scal[S_NBURN] += 1.0
-            if scal[S_NBURN] == n_burn:
-                _finish_burn_in(scal, burn, True)
+            if burn_cfg[B_EFFECTIVE] > 0.0:
+                long_run_burn_step(scal, burn, x, burn_cfg)
+            else:
+                burn[int(scal[S_NBURN])] = x
+                scal[S_NBURN] += 1.0
+                if scal[S_NBURN] == n_burn:
+                    _finish_burn_in(scal, burn, True)
             out[0, i] = 0.0
             out[1, i] = -np.inf
             out[2, i] = np.inf
@@ -621,7 +718,8 @@ def cs_hull_step(x, mem):
                        _view3(buf, meta, 6), _view2(buf, meta, 7),
                        _view1(buf, meta, 8).reshape((OUT_ROWS, 1)), False,
                        _view2(buf, meta, 10), carray(_address(buf, 0), (0,)),
-                       _view3(buf, meta, 11), _view1(buf, meta, 12), _view2(buf, meta, 13))
+                       _view3(buf, meta, 11), _view1(buf, meta, 12), _view2(buf, meta, 13),
+                       _view1(buf, meta, 14))
 
 
 @njit(cache=True)

@@ -37,7 +37,10 @@ class KarcherOperator(Operator):
     ``statistic`` (``g_t``) and ``threshold`` (None before one exists). Values off the
     manifold (wrong shape, NaN, not symmetric, not positive definite, not orthonormal) are
     rejected as dead letters with the state untouched. Parameters are those of
-    :class:`KarcherDetector` plus ``field``.
+    :class:`KarcherDetector` plus ``field``. The default burn-in is derived from the steps
+    (75 samples at the default steps; ``burn_in=400`` is the paper's), and the estimates and
+    the adaptive threshold start warm (``warm_start``), so that streams of a few hundred
+    records get alarms.
 
     **Locating** (``locate=True``). The operator keeps the last ``locate_window`` points
     since the previous located change (a :class:`~shiftwatch.operators.locate.ValueWindow`
@@ -72,9 +75,10 @@ class KarcherOperator(Operator):
     sensitivity = Sensitivity("threshold", more_alarms="smaller", low=1e-4, high=100.0)
 
     def __init__(self, manifold: str = "spd", step_slow: float = 0.01, step_fast: float = 0.02,
-                 threshold: float | str = "adaptive", burn_in: int = 400, update: str = "exp",
-                 adapt_rate: float = 0.005, adapt_k: float = 1.64, target_arl: float = 1000.0,
-                 calibration: int = 500, reset_on_alarm: bool = True, field: str = "value",
+                 threshold: float | str = "adaptive", burn_in: int | None = None,
+                 update: str = "exp", adapt_rate: float = 0.005, adapt_k: float = 1.64,
+                 target_arl: float = 1000.0, calibration: int = 500,
+                 reset_on_alarm: bool = True, warm_start: bool = True, field: str = "value",
                  locate: bool = True, locate_window: int = 500, restart: bool = False):
         self.manifold = manifold
         self.step_slow = step_slow
@@ -87,6 +91,7 @@ class KarcherOperator(Operator):
         self.target_arl = target_arl
         self.calibration = calibration
         self.reset_on_alarm = reset_on_alarm
+        self.warm_start = warm_start
         self.field = field
         self.locate = locate
         self.locate_window = locate_window

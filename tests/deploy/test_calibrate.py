@@ -138,11 +138,15 @@ BUDGET = 1 / 500
 
 
 @pytest.mark.parametrize("law", ["iid", "ar1"])
-@pytest.mark.parametrize("operator", ["river:PageHinkley", "river:ADWIN", "cs"])
+@pytest.mark.parametrize("operator", ["river:PageHinkley", "river:ADWIN", "cs", "cs-marginal"])
 def test_calibrated_detector_keeps_the_budget_on_fresh_streams(operator, law,
                                                                record_property):
+    # "cs-marginal": cs with the scale of its first 30 values (scale="marginal"), whose own
+    # guarantee fails on the AR(1): calibration has to find that out from the history.
+    params = {"scale": "marginal"} if operator == "cs-marginal" else {}
+    operator = operator.removesuffix("-marginal")
     history = draw(law, 4000, np.random.default_rng(11))
-    cal = calibrate([{"value": float(v)} for v in history], operator, budget=BUDGET,
+    cal = calibrate([{"value": float(v)} for v in history], operator, params, budget=BUDGET,
                     length=4000, grid=7, delay_runs=0, seed=1)
     assert cal.chosen is not None
     alarms, n = fresh_false_alarms(operator, cal.chosen_params, law, streams=10, length=4000,
@@ -153,6 +157,14 @@ def test_calibrated_detector_keeps_the_budget_on_fresh_streams(operator, law,
     print(f"{operator} {law}: {cal.param}={cal.chosen:.4g}, observed {rate:.2e} "
           f"({alarms}/{n}), budget {BUDGET:.2e}, ratio {BUDGET / max(rate, 1e-12):.2f}")
     assert lo99 <= BUDGET, f"false-alarm rate {rate:.2e} above the budget {BUDGET:.2e}"
+    sens = sensitivity_of(operator)
+    most = sens.high if sens.more_alarms == "larger" else sens.low
+    if operator == "cs" and law == "ar1" and not params:
+        # cs with its long-run scale stays far below this budget on the AR(1) (phi = 0.9:
+        # a burn-in of ~1000 of every 4000 records, then partial sums bounded with their
+        # long-run variance) whatever alpha: the most sensitive alpha is the right choice.
+        assert cal.chosen == most and rate < BUDGET / 10
+        return
     assert rate >= BUDGET / 10, f"needlessly conservative: {rate:.2e} for {BUDGET:.2e}"
 
 

@@ -18,6 +18,26 @@ from shiftwatch.operators.confseq.detector import CS_CHOICES, ConfSeqDetector
 # --------------------------------------------------------------------------------------
 
 
+def long_run_burn_in(det: ConfSeqDetector, burn: list[float], checkpoint: int):
+    """The long-run burn-in after the values ``burn``, from the formulas: ``(center, scale)``
+    when it ends there, else the next checkpoint (an int)."""
+    from shiftwatch.operators.confseq.detector import LONG_RUN_BATCHES
+
+    b = np.array(burn)
+    n = b.size
+    if n < checkpoint and n < det.burn_in_max:
+        return checkpoint
+    marginal = b.var(ddof=1)
+    top, size = marginal, 2
+    while n // size >= LONG_RUN_BATCHES and size * LONG_RUN_BATCHES <= det.burn_in_max:
+        means = b[:n // size * size].reshape(-1, size).mean(axis=1)
+        top = max(top, size * means.var(ddof=1))
+        size *= 2
+    if n >= det.burn_in_max or n * marginal >= det.burn_in_effective * top:
+        return b.mean(), max(np.sqrt(top), 1e-12 * max(1, abs(b.mean())))
+    return n + max(1, n // 10)
+
+
 def brute_hull(det: ConfSeqDetector, xs: np.ndarray, with_starts: bool = False):
     """Alarms of the linear-boundary CS detector, from the formulas, over all start times.
 
@@ -29,6 +49,8 @@ def brute_hull(det: ConfSeqDetector, xs: np.ndarray, with_starts: bool = False):
     var = det._scalars[8]
     burn_n = det.burn_in if det._uses_burn_in() else 0
     fixed_center, fixed_scale = det._scalars[6], det._scalars[7]
+    long_run = det._long_run()
+    checkpoint = det.burn_in
     alarms, run, burn = [], [], []
     center, scale = fixed_center, fixed_scale
     lower, upper = -np.inf, np.inf
@@ -36,6 +58,15 @@ def brute_hull(det: ConfSeqDetector, xs: np.ndarray, with_starts: bool = False):
     arg = [0, 0]  # run index (after the burn-in) of the start attaining each side's bound
     located = []
     for t, x in enumerate(xs):
+        if long_run and burn_n:
+            burn.append(x)
+            got = long_run_burn_in(det, burn, checkpoint)
+            if isinstance(got, int):
+                checkpoint = got
+            else:
+                center, scale = got
+                burn_n = 0  # monitoring until the next alarm
+            continue
         if len(burn) < burn_n:
             burn.append(x)
             if len(burn) == burn_n:
@@ -86,6 +117,8 @@ def brute_hull(det: ConfSeqDetector, xs: np.ndarray, with_starts: bool = False):
             lower, upper = -np.inf, np.inf
             center, scale = fixed_center, fixed_scale
             arg = [0, 0]
+            if long_run:
+                burn_n, checkpoint = det.burn_in_max, det.burn_in
     return (alarms, located) if with_starts else alarms
 
 
@@ -148,6 +181,8 @@ def _stream(rng: np.random.Generator, n: int, bounded: bool) -> np.ndarray:
 HULL_CASES = [
     dict(cs="subgaussian", sigma=1.0, alpha=0.1),
     dict(cs="subgaussian", alpha=0.1, burn_in=10),
+    dict(cs="subgaussian", alpha=0.1, burn_in=10, scale="marginal"),
+    dict(cs="subgaussian", alpha=0.2, burn_in=8, burn_in_effective=12, burn_in_max=70),
     dict(cs="subgaussian", sigma=1.0, alpha=0.1, pfa=True),
     dict(cs="hoeffding", alpha=0.2),
     dict(cs="empirical-bernstein", alpha=0.1),
@@ -155,7 +190,7 @@ HULL_CASES = [
     dict(cs="empirical-bernstein", alpha=0.3, prune=150),
     dict(cs="subgaussian", sigma=1.0, alpha=0.2, prune=20),
 ]
-N_STREAMS = 30  # per case: 8 x 30 + 2 x 25 = 290 streams in all
+N_STREAMS = 30  # per case: 10 x 30 + 4 x 25 = 400 streams in all
 
 
 @pytest.mark.parametrize("params", HULL_CASES, ids=lambda p: "-".join(f"{v}" for v in p.values()))
@@ -342,7 +377,9 @@ def test_operator_vector_splits_alpha_and_dead_letters():
     (dict(cs="median"), "cs"), (dict(alpha=1.5), "alpha"), (dict(sigma=-1.0), "sigma"),
     (dict(cs="hoeffding", sigma=1.0), "sigma"), (dict(lower=1.0, upper=0.0), "lower"),
     (dict(quantile=1.0), "quantile"), (dict(pfa=1), "pfa"), (dict(prune=1), "prune"),
-    (dict(cs="betting", prune=10), "prune"), (dict(burn_in=1), "burn_in")])
+    (dict(cs="betting", prune=10), "prune"), (dict(burn_in=1), "burn_in"),
+    (dict(scale="iid"), "scale"), (dict(burn_in_effective=1), "burn_in_effective"),
+    (dict(burn_in_max=20), "burn_in_max"), (dict(burn_in_max=True), "burn_in_max")])
 def test_parameters_are_validated(params, word):
     with pytest.raises(ValueError, match=word):
         ConfSeqDetector(**params)
@@ -434,7 +471,10 @@ def test_delay_shrinks_as_the_shift_grows(cs):
             alarms = ConfSeqDetector(cs=cs, alpha=0.01).update_many(xs)
             after = alarms[alarms >= 500]
             delays.append((after[0] if after.size else len(xs)) - 500)
-        means.append(np.mean(delays))
+        # The median: a false alarm shortly before the change restarts the burn-in over it,
+        # and the change is then part of the burn-in (missed, or found thousands of values
+        # later); the mean of 12 runs is that run's.
+        means.append(np.median(delays))
     assert means[0] > means[1] > means[2], means
 
 
@@ -446,9 +486,12 @@ def test_delay_shrinks_as_the_shift_grows(cs):
 @pytest.mark.parametrize("locate", ["cs", "mean"])
 def test_operator_locates_changes_on_seeded_streams(locate):
     # One change at 3000 of a shift of 1 sd: the located change is near it, far nearer
-    # than the alarm; the CS start is an estimate from above.
-    errs, delays = [], []
-    for r in range(8):
+    # than the alarm; the CS start is mostly an estimate from above (6 of these 40 seeds
+    # more than 2 records before the change, with the long-run and the marginal scale).
+    # Medians: a run with a false alarm shortly before the change locates within what
+    # followed that alarm (one of 40 runs is 851 records off with the mean split).
+    errs, delays, early = [], [], 0
+    for r in range(40):
         rng = np.random.default_rng(10_000 + r)
         x = rng.normal(0.0, 1.0, 4000)
         x[3000:] += 1.0
@@ -459,9 +502,12 @@ def test_operator_locates_changes_on_seeded_streams(locate):
         errs.append(abs(hit[1]["change_at"] - 3000))
         delays.append(hit[0] - 3000)
         assert all("change_at" not in o for o in outs if not o["alarm"])
-        if locate == "cs":
-            assert hit[1]["change_at"] >= 3000 - 2
-    assert np.mean(errs) < 6 and np.mean(errs) < np.mean(delays) / 3, (errs, delays)
+        early += hit[1]["change_at"] < 3000 - 2
+    errs = np.array(errs)
+    assert np.median(errs) <= 2 and np.median(errs) < np.median(delays) / 3, (errs, delays)
+    assert np.mean(errs <= 5) >= 0.75, errs
+    if locate == "cs":
+        assert early <= 10, early
 
 
 @pytest.mark.parametrize("params", [dict(restart=True), dict(restart=True, locate="mean"),
@@ -493,16 +539,24 @@ def test_restart_refeeds_the_post_change_values():
     rng = np.random.default_rng(2)
     x = np.r_[rng.normal(0, 1, 600), rng.normal(1.5, 1, 150), rng.normal(3, 1, 600)]
     recs = [{"value": float(v)} for v in x]
-    plain = create("cs").process_batch(recs)
-    again = create("cs", restart=True).process_batch(recs)
-    a = [i for i, o in enumerate(plain) if o["alarm"]]
-    b = [i for i, o in enumerate(again) if o["alarm"]]
-    assert a[0] == b[0]
-    # The restarted detector's burn-in started at the located change: its interval is
-    # finite again sooner after the alarm than the one that restarted from nothing.
-    def finite_after(outs):
-        return next(i for i in range(a[0] + 1, len(outs)) if outs[i]["lower"] is not None)
-    assert finite_after(again) < finite_after(plain)
+    for scale in ("long-run", "marginal"):
+        plain = create("cs", scale=scale).process_batch(recs)
+        again_op = create("cs", scale=scale, restart=True)
+        again = again_op.process_batch(recs)
+        a = [i for i, o in enumerate(plain) if o["alarm"]]
+        b = [i for i, o in enumerate(again) if o["alarm"]]
+        assert a[0] == b[0]
+        # The restarted detector's burn-in started at the located change: at the alarm it
+        # holds the values from there on.
+        op = create("cs", scale=scale, restart=True)
+        at_alarm = op.process_batch(recs[:a[0] + 1])[-1]
+        assert at_alarm["alarm"]
+        det = op._detectors[0]
+        assert det._scalars[5] == a[0] + 1 - at_alarm["change_at"]  # S_NBURN
+        if scale == "marginal":  # a fixed burn-in: its interval is finite again sooner
+            def finite_after(outs, alarm=a[0]):
+                return next(i for i in range(alarm + 1, len(outs)) if outs[i]["lower"] is not None)
+            assert finite_after(again) < finite_after(plain)
     with pytest.raises(ValueError, match="locate"):
         create("cs", cs="betting", locate="cs")
     with pytest.raises(ValueError, match="restart"):
@@ -605,7 +659,7 @@ def test_skip_filter_changes_no_output(params):
             done = run(x, done, False, False, ref._grid, ref._hull_x, ref._hull_y,
                        ref._hull_size, ref._walk, ref._scalars, ref._burn, ref._ring_y,
                        ref._ring_best, out_ref, False, ref._hint, ts, ref._hull_t,
-                       ref._ring_t, ref._support)
+                       ref._ring_t, ref._support, ref._burn_cfg)
             if done < x.size:
                 ref._grow()
         ref._last[:] = out_ref[:, -1]

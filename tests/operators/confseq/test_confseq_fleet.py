@@ -14,6 +14,7 @@ from shiftwatch.operators.confseq.fleet import ConfSeqFleet, fleet_eligible
 from shiftwatch.operators.records import BadInput, DeadLetter
 
 PARAMS = [{}, {"sigma": 1.0}, {"alpha": 0.05, "burn_in": 10}, {"locate": False},
+          {"scale": "marginal"}, {"alpha": 0.05, "burn_in_effective": 12, "burn_in_max": 90},
           {"cs": "hoeffding", "lower": -6.0, "upper": 6.0, "alpha": 0.01},
           {"field": "meta.v", "alpha": 0.02}]
 

@@ -50,18 +50,24 @@ def test_paper_levels_spd_retraction(spd_stream):
     assert 0.33 < g[1500:1600].max() < 0.42
 
 
-def test_exp_update_matches_geomstats_written_update(spd_stream):
+@pytest.mark.parametrize("warm_start", [False, True])
+def test_exp_update_matches_geomstats_written_update(spd_stream, warm_start):
+    # The paper's recursion (warm_start=False), and the warm start: the t-th sample moves
+    # each estimate max(2 step, 1 / t) of the way (the running Karcher mean at first).
     space = SPDMatrices(8, equip=False)
     space.equip_with_metric(SPDAffineMetric)
     metric = space.metric
     xs = spd_stream[:60]
     p0, p1, ref = xs[0], xs[0], [0.0]
-    for x in xs[1:]:
-        p0 = metric.exp(0.02 * metric.log(x, p0), p0)
-        p1 = metric.exp(0.04 * metric.log(x, p1), p1)
+    for t, x in enumerate(xs[1:], start=2):
+        w = 1.0 / t if warm_start else 0.0
+        p0 = metric.exp(max(0.02, w) * metric.log(x, p0), p0)
+        p1 = metric.exp(max(0.04, w) * metric.log(x, p1), p1)
         ref.append(float(metric.dist(p0, p1)))
-    got = KarcherDetector(SPD(8)).score_many(xs)
+    got = KarcherDetector(SPD(8), warm_start=warm_start).score_many(xs)
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
+    if warm_start:  # both estimates are the running mean until 1 / t < 0.04
+        assert np.all(got[:25] < 1e-12) and got[30] > 0.01
 
 
 @pytest.mark.parametrize("update", ["exp", "retraction"])
@@ -80,7 +86,7 @@ def test_fused_spd_kernel_matches_the_step_by_step_lapack_update(update):
         p0 = spd_affine_step(x, p0, 0.02, update == "retraction")
         p1 = spd_affine_step(x, p1, 0.04, update == "retraction")
         ref.append(spd_affine_dist(p0, p1))
-    det = KarcherDetector(SPD(6), update=update, threshold=1e9)
+    det = KarcherDetector(SPD(6), update=update, threshold=1e9, warm_start=False)
     got, _, _ = det.update_many(xs)
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
     p0_got, p1_got = det.estimates
@@ -120,6 +126,45 @@ def test_update_many_and_operator_batch_equal_the_loop(spd_stream, threshold):
     op_loop = create("karcher", **params)
     outs = [o for r in records for o in op_loop.process(r)]
     assert create("karcher", **params).process_batch(records) == outs
+
+
+@pytest.mark.parametrize("params", [{}, {"threshold": 0.25}, {"warm_start": False}])
+def test_defaults_batch_equals_loop_and_restores_mid_warm_start(spd_stream, params):
+    # The default burn-in (derived) and warm start (one kernel call per warm sample), with
+    # resets at alarms: update_many == the update loop, and a state saved inside the warm
+    # phase restores and continues the same.
+    xs = spd_stream[:1700]
+    loop = KarcherDetector("spd", **params)
+    g_loop, a_loop = [], []
+    for x in xs:
+        loop.update(x)
+        g_loop.append(loop.statistic)
+        a_loop.append(loop.drift_detected)
+    g, a, _ = KarcherDetector("spd", **params).update_many(xs)
+    assert np.array_equal(g, g_loop) and a.tolist() == a_loop and sum(a_loop) >= 1
+    first = KarcherDetector("spd", **params)
+    first.update_many(xs[:20])
+    restored = KarcherDetector("spd", **params)
+    restored.load_state_dict(loads_state(dumps_state(first.state_dict())))
+    g2, a2, _ = restored.update_many(xs[20:])
+    assert np.array_equal(g2, g[20:]) and np.array_equal(a2, a[20:])
+
+
+def test_default_burn_in_is_what_the_statistic_needs():
+    # burn_in=None: the slow estimate's memory 1 / (2 step_slow) plus the fast one's.
+    assert KarcherDetector().burn_in_length == 50 + 25
+    assert KarcherDetector(step_slow=0.05, step_fast=0.1).burn_in_length == 10 + 5
+    assert KarcherDetector(burn_in=400).burn_in_length == 400
+
+
+def test_defaults_alarm_on_a_short_stream():
+    # A few hundred records (a change at 150 of 300): the defaults find it; burn_in=400,
+    # warm_start=False (the defaults before issue 23) could not alarm at all.
+    xs = np.array([r["value"] for r in WishartSPDStream(n=300, change_point=150, seed=3,
+                                                         dim=4, c=1.0)])
+    got = alarms_of(KarcherDetector("spd"), xs)
+    assert any(150 <= t < 220 for t in got), got
+    assert alarms_of(KarcherDetector("spd", burn_in=400, warm_start=False), xs) == []
 
 
 def test_reset_on_alarm(spd_stream):
@@ -174,15 +219,21 @@ def test_state_roundtrip_mid_stream(grassmann_stream):
     assert np.array_equal(g1, g2) and np.array_equal(a1, a2)
 
 
-def test_adaptive_threshold_follows_the_authors_rule(spd_stream):
-    det = KarcherDetector("spd", burn_in=10, reset_on_alarm=False)
-    m = v = 0.0
+@pytest.mark.parametrize("warm_start", [False, True])
+def test_adaptive_threshold_follows_the_authors_rule(spd_stream, warm_start):
+    # The authors' moments from 0; with the warm start divided by their total weight
+    # 1 - 0.995^n (the weighted moments of the statistics seen, without a zero past).
+    det = KarcherDetector("spd", burn_in=10, reset_on_alarm=False, warm_start=warm_start)
+    m = v = w = 0.0
     for x in spd_stream[:200]:
         det.update(x)
         g = det.statistic
         m = 0.995 * m + 0.005 * g
         v = 0.995 * v + 0.005 * g * g
-        assert det.threshold_value == pytest.approx(m + 1.64 * np.sqrt(v - m * m), rel=1e-12)
+        w = 0.995 * w + 0.005
+        mm, vv = (m / w, v / w) if warm_start else (m, v)
+        assert det.threshold_value == pytest.approx(mm + 1.64 * np.sqrt(max(vv - mm * mm, 0)),
+                                                    rel=1e-12, abs=1e-15)
 
 
 def test_calibrated_threshold_hits_its_target_roughly():
@@ -212,6 +263,8 @@ def test_parameter_validation():
                         ({"threshold": -1.0}, "threshold must be"),
                         ({"update": "euler"}, "update must be"),
                         ({"burn_in": 0}, "burn_in must be"),
+                        ({"burn_in": 2.5}, "burn_in must be"),
+                        ({"warm_start": 1}, "warm_start must be"),
                         ({"calibration": 5}, "calibration must be")]:
         with pytest.raises(ValueError, match=msg):
             KarcherDetector(**kwargs)
