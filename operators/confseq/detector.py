@@ -39,6 +39,7 @@ from shiftwatch.operators.confseq.kernels import (
     S_CENTER,
     S_LOWER,
     S_N,
+    S_NBURN,
     S_SCALE,
     S_TSHI,
     S_TSLO,
@@ -48,6 +49,7 @@ from shiftwatch.operators.confseq.kernels import (
     cs_betting_step,
     cs_hull_run,
     cs_hull_step,
+    long_run_burn_step,
 )
 from shiftwatch.operators.records import MAX_ABS, BadInput, as_scalar
 
@@ -442,6 +444,29 @@ class ConfSeqDetector(river_base.DriftDetector):
         self._step = self._first_step
         self._pack()
 
+    def _from_marginal_burn_in(self, state: dict, mine: dict) -> dict:
+        """A state written before the long-run scale existed (its ``_burn`` buffers the
+        burn-in's raw values) as the long-run burn-in would have it: a finished burn-in stays
+        finished (the scale it learned is kept), an unfinished one's values are fed to the
+        long-run accumulators. So changelogs of earlier releases restore."""
+        scal = np.asarray(state["_scalars"], dtype=np.float64)
+        if scal.shape[0] in _OLD_LENGTHS["_scalars"]:
+            scal = np.r_[scal, _OLD_LENGTHS["_scalars"][scal.shape[0]]]
+        if scal.shape != mine["_scalars"].shape:
+            raise ValueError("state_dict entry _scalars has the wrong dtype or shape")
+        scal = scal.copy()
+        old = np.asarray(state["_burn"], dtype=np.float64).reshape(-1)
+        seen, length = int(scal[S_NBURN]), int(scal[S_BURN])
+        w = np.zeros_like(mine["_burn"])
+        scal[S_BURN] = self.burn_in_max
+        if seen >= length:
+            scal[S_NBURN] = self.burn_in_max
+        else:
+            scal[S_NBURN] = 0.0
+            for x in old[:seen]:
+                long_run_burn_step(scal, w, float(x), self._burn_cfg)
+        return {**state, "_scalars": scal, "_burn": w}
+
     #: Underscore attributes that are derived from the parameters, not learned.
     _CONFIG = ("_grid", "_lam_plus", "_lam_minus", "_log_thr", "_drift_detected", "_one",
                "_params", "_mem", "_buf", "_meta", "_hint", "_support", "_step", "_burn_cfg")
@@ -462,6 +487,8 @@ class ConfSeqDetector(river_base.DriftDetector):
             state.setdefault("_ring_t", np.full(mine["_ring_t"].shape, np.nan))
         if set(state) != set(mine):
             raise ValueError(f"state_dict keys {sorted(state)} do not match {sorted(mine)}")
+        if self._long_run() and np.shape(state["_burn"]) != mine["_burn"].shape:
+            state = self._from_marginal_burn_in(state, mine)
         new = {}
         for k, v in state.items():
             arr = np.asarray(v)

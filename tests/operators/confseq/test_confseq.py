@@ -694,3 +694,32 @@ def test_state_of_an_earlier_release_loads_and_keeps_ts_from_its_window():
     want = op.process_batch(recs[603:])
     got = restored.process_batch(recs[603:])
     assert got == want and any(o["alarm"] and "change_ts" in o for o in got)
+
+
+def test_states_of_the_marginal_burn_in_restore_into_the_long_run_scale():
+    # Changelogs written before the long-run scale hold the burn-in's raw values (the layout
+    # scale="marginal" still has): they restore, an unfinished burn-in as if the long-run
+    # detector had seen its values, a finished one keeping the scale it learned.
+    from shiftwatch.operators.confseq.detector import ConfSeqDetector
+
+    rng = np.random.default_rng(3)
+    xs = rng.normal(size=200)
+    for seen in (10, 80):
+        old = ConfSeqDetector(scale="marginal")
+        for x in xs[:seen]:
+            old.update(float(x))
+        new = ConfSeqDetector()
+        new.load_state_dict(old.state_dict())
+        if seen < old.burn_in:
+            ref = ConfSeqDetector()
+            for x in xs[:seen]:
+                ref.update(float(x))
+            for k, v in ref.state_dict().items():
+                assert np.array_equal(new.state_dict()[k], v, equal_nan=True), k
+        else:
+            from shiftwatch.operators.confseq.kernels import S_CENTER, S_SCALE
+
+            for s in (S_CENTER, S_SCALE):
+                assert new.state_dict()["_scalars"][s] == old.state_dict()["_scalars"][s]
+        for x in xs[seen:]:
+            new.update(float(x))  # and it runs on
