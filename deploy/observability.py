@@ -15,6 +15,13 @@ the pipeline and stage names; per-operator alarm counts add the operator name, d
 a reason class from the fixed set :data:`REASON_CLASSES`, lag the partition number. No label
 ever holds a record key or a value, so the number of series is bounded by configuration.
 
+The server answers with a fixed number of threads whatever the clients do: one thread
+accepts connections and watches them, :data:`HTTP_WORKERS` threads answer requests. A
+connection costs a thread only once its request has arrived; one left idle is closed after
+:data:`IDLE_TIMEOUT_S` seconds, at most :data:`MAX_OPEN_CONNECTIONS` are kept open (the
+oldest goes first), and a request that does not arrive whole within
+:data:`READ_TIMEOUT_S` seconds is dropped.
+
 ``prometheus_client`` is imported only when a server or a stage's metrics are created: the
 CLI starts without it.
 """
@@ -23,9 +30,12 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import selectors
 import threading
 import time
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 __all__ = ["MetricsServer", "StageMetrics", "METRICS", "REASON_CLASSES", "reason_class"]
 
@@ -89,6 +99,17 @@ _REASON_PATTERNS = (
                "unit vector", "orthonormal", "symmetric", "positive definite", "norm")),
     ("out_of_range", ("outside", "class index", "out of range")),
 )
+
+#: Threads that answer HTTP requests (besides the one that accepts and watches connections).
+HTTP_WORKERS = 4
+#: Connections kept open waiting for their request; beyond it the oldest is closed.
+MAX_OPEN_CONNECTIONS = 64
+#: An open connection that sends nothing for this long is closed.
+IDLE_TIMEOUT_S = 10.0
+#: A request whose line and headers have not arrived this long after they began is dropped.
+READ_TIMEOUT_S = 5.0
+#: Requests read to answer, waiting for a worker; beyond it a connection is closed at once.
+_QUEUED_REQUESTS = 32
 
 #: Batch-time buckets (seconds): a 1000-record batch takes milliseconds to seconds.
 _BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -373,19 +394,9 @@ class MetricsServer:
         Raises ``OSError`` when the port is taken."""
         if self.port is None or self._server is not None:
             return self
-        from socketserver import ThreadingMixIn
-        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
-        class _Server(ThreadingMixIn, WSGIServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        class _Quiet(WSGIRequestHandler):
-            def log_message(self, format, *args):  # scrapes every few seconds: no access log
-                pass
-
-        self._server = make_server(self.address, self.port, self._app(), _Server,
-                                   handler_class=_Quiet)
+        self._server = _PooledServer((self.address, self.port), _QuietHandler)
+        self._server.set_app(self._app())
+        self._server.start_workers()
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.2},
@@ -404,3 +415,99 @@ class MetricsServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = READ_TIMEOUT_S  # socket timeout while a worker reads the request
+
+    def log_message(self, format, *args):  # scrapes every few seconds: no access log
+        pass
+
+
+class _PooledServer(WSGIServer):
+    """wsgiref's server with a bounded number of threads (see the module docstring).
+
+    :meth:`serve_forever` (one thread) accepts connections and parks them in a selector until
+    their request arrives, then queues them for :data:`HTTP_WORKERS` worker threads. Each
+    answer is one request per connection (wsgiref speaks HTTP/1.0), so a worker is busy for
+    one request at a time and at most :data:`READ_TIMEOUT_S` waiting for it.
+    """
+
+    allow_reuse_address = True
+    request_queue_size = 128  # the listen backlog (socketserver's 5 drops bursts of connects)
+
+    def start_workers(self) -> None:
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._requests: queue.Queue = queue.Queue(maxsize=_QUEUED_REQUESTS)
+        self._workers = [threading.Thread(target=self._work, name=f"shiftwatch-metrics-{i}",
+                                          daemon=True) for i in range(HTTP_WORKERS)]
+        for t in self._workers:
+            t.start()
+
+    def serve_forever(self, poll_interval: float = 0.2) -> None:
+        parked: dict[Any, float] = {}  # connection -> when it was accepted (oldest first)
+        sel = selectors.DefaultSelector()
+        sel.register(self.socket, selectors.EVENT_READ)
+
+        def drop(conn) -> None:
+            sel.unregister(conn)
+            del parked[conn]
+            self.shutdown_request(conn)
+
+        try:
+            while not self._stopping.is_set():
+                for key, _ in sel.select(poll_interval):
+                    if key.fileobj is self.socket:
+                        try:
+                            conn, _addr = self.socket.accept()
+                        except OSError:
+                            continue
+                        if len(parked) >= MAX_OPEN_CONNECTIONS:
+                            drop(next(iter(parked)))
+                        parked[conn] = time.monotonic()
+                        sel.register(conn, selectors.EVENT_READ)
+                        continue
+                    conn = key.fileobj
+                    sel.unregister(conn)
+                    del parked[conn]
+                    try:
+                        self._requests.put_nowait(conn)
+                    except queue.Full:  # every worker busy and the queue full: refuse
+                        self.shutdown_request(conn)
+                cutoff = time.monotonic() - IDLE_TIMEOUT_S
+                while parked and next(iter(parked.values())) < cutoff:
+                    drop(next(iter(parked)))
+        finally:
+            for conn in list(parked):
+                drop(conn)
+            sel.close()
+            self._stopped.set()
+
+    def _work(self) -> None:
+        while True:
+            conn = self._requests.get()
+            if conn is None:
+                return
+            try:
+                self.finish_request(conn, conn.getpeername())
+            except Exception:  # a client that went away, a timeout: nothing to answer
+                log.debug("metrics request failed", exc_info=True)
+            finally:
+                self.shutdown_request(conn)
+
+    def shutdown(self) -> None:
+        """Stop accepting, close parked connections, let the workers finish; waits."""
+        self._stopping.set()
+        self._stopped.wait(timeout=5)
+        while True:  # requests not begun are not answered
+            try:
+                conn = self._requests.get_nowait()
+            except queue.Empty:
+                break
+            if conn is not None:
+                self.shutdown_request(conn)
+        for _ in self._workers:
+            self._requests.put(None)
+        for t in self._workers:
+            t.join(timeout=5)

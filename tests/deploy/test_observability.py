@@ -377,3 +377,74 @@ def test_compose_healthcheck_command_follows_liveness(server):
     assert subprocess.run(cmd, capture_output=True).returncode == 0
     m.batch(1.0)
     assert subprocess.run(cmd, capture_output=True).returncode != 0
+
+
+# ---- a bounded number of threads -------------------------------------------------------
+
+
+def _server_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("shiftwatch-metrics")]
+
+
+def test_idle_connections_take_no_thread_and_metrics_still_answers(server):
+    import socket
+    import threading
+    import time
+
+    from shiftwatch.deploy import observability as obs
+
+    server.stage("p", "s").set_ready(True)
+    assert len(_server_threads()) == obs.HTTP_WORKERS + 1  # the acceptor and the workers
+    before = threading.active_count()
+    idle = []
+    try:
+        for _ in range(300):  # connect and send nothing
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        time.sleep(0.5)
+        during = threading.active_count()
+        t0 = time.monotonic()
+        status, body = _get(f"http://127.0.0.1:{server.port}/metrics")
+        took = time.monotonic() - t0
+        assert status == 200 and b"shiftwatch_stage_ready" in body
+        assert _get(f"http://127.0.0.1:{server.port}/readyz")[0] == 200
+        assert during == before, (before, during)  # not one thread per connection
+        assert len(_server_threads()) == obs.HTTP_WORKERS + 1
+        assert took < 2, took
+        # Beyond MAX_OPEN_CONNECTIONS the oldest idle connections were closed by the server.
+        closed = 0
+        for s in idle:
+            s.setblocking(False)
+            try:
+                closed += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        assert 300 - obs.MAX_OPEN_CONNECTIONS - 1 <= closed < 300, closed
+        print(f"300 idle connections: {during} threads in the process ({before} before), "
+              f"{len(_server_threads())} of the server, {closed} closed by it, /metrics in "
+              f"{took * 1000:.0f} ms")
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_an_idle_connection_is_closed_after_the_idle_timeout(monkeypatch):
+    import socket
+    import time
+
+    from shiftwatch.deploy import observability as obs
+
+    monkeypatch.setattr(obs, "IDLE_TIMEOUT_S", 0.5)
+    s = MetricsServer(port=0, address="127.0.0.1").start()
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as idle:
+            t0 = time.monotonic()
+            assert idle.recv(1) == b""  # the server closed it
+            assert 0.4 < time.monotonic() - t0 < 3
+        assert _get(f"http://127.0.0.1:{s.port}/healthz")[0] == 200
+    finally:
+        s.close()
+
