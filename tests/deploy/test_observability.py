@@ -448,3 +448,31 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(monkeypatch):
     finally:
         s.close()
 
+
+def test_metrics_host_defaults_to_loopback_for_replay_and_overrides_run(tmp_path, monkeypatch):
+    from shiftwatch.deploy.kafka import stage as kafka_stage
+
+    bound = []
+    original = MetricsServer.start
+
+    def start(self):
+        original(self)
+        bound.append(self._server.socket.getsockname()[0])
+        return self
+
+    monkeypatch.setattr(MetricsServer, "start", start)
+    src = tmp_path / "x.jsonl"
+    src.write_text("".join(json.dumps({"value": float(i % 7)}) + "\n" for i in range(50)))
+    argv = ["replay", str(src), "--operator", "river:ADWIN", "--out", str(tmp_path / "o"),
+            "--no-plots", "--no-progress", "--quiet", "--metrics-port", "0"]
+    assert main(argv) == 0
+    assert main([*argv, "--metrics-host", "0.0.0.0"]) == 0
+    assert bound == ["127.0.0.1", "0.0.0.0"]
+
+    seen = []
+    monkeypatch.setattr(kafka_stage, "run_pipeline",
+                        lambda config, **kw: seen.append(config.metrics["address"]) or 0)
+    pipeline = ROOT / "deploy" / "examples" / "sensors.yaml"
+    assert main(["run", str(pipeline)]) == 0
+    assert main(["run", str(pipeline), "--metrics-host", "127.0.0.1"]) == 0
+    assert seen == ["0.0.0.0", "127.0.0.1"]  # the file's default, then the option
