@@ -5,10 +5,13 @@ One :class:`MetricsServer` per process serves, on one port:
 * ``/metrics``: the Prometheus text format, written by ``prometheus_client`` from the
   server's own registry (:data:`METRICS` lists every family, its type and labels);
 * ``/healthz``: 200 while every stage's loop turns (a loop turn within the stage's
-  ``liveness_seconds``, and fewer than ``stalls_before_unhealthy`` slow batches in a row),
-  503 otherwise;
+  ``liveness_seconds``, fewer than ``stalls_before_unhealthy`` slow batches in a row, and
+  not disconnected from the cluster for longer than ``liveness_seconds``), 503 otherwise;
 * ``/readyz``: 200 once every stage has joined its group and restored the partitions it was
-  assigned (a replay: once it started), 503 before that, during a rebalance and at shutdown.
+  assigned (a replay: once it started) and while it reaches the cluster, 503 before that,
+  during a rebalance, while disconnected and at shutdown.
+
+Both bodies are JSON and say why, per stage (``connected``, ``seconds_disconnected``, ...).
 
 Each stage (or replay) reports through its own :class:`StageMetrics`, whose label values are
 the pipeline and stage names; per-operator alarm counts add the operator name, dead letters
@@ -84,6 +87,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "gauge", ("pipeline", "stage"), "1 when the stage is assigned and restored."),
     "shiftwatch_stage_live": (
         "gauge", ("pipeline", "stage"), "1 while the stage's loop turns."),
+    "shiftwatch_stage_connected": (
+        "gauge", ("pipeline", "stage"),
+        "1 while the stage reaches the Kafka cluster (its group coordinator is known)."),
 }
 
 #: The values of the ``reason`` label of ``shiftwatch_dead_letters_total``.
@@ -156,10 +162,11 @@ class _Families:
 class StageMetrics:
     """The metrics and health of one stage (or one replay) of a process.
 
-    Created by :meth:`MetricsServer.stage`. The stage's loop calls :meth:`turn` once per
-    loop iteration, :meth:`batch` after each micro-batch, :meth:`sync` to copy the counters
-    of its :class:`~shiftwatch.deploy.executor.RunSummary`; the executor calls
-    :meth:`dead_letter` and :meth:`alarms`. None of them raises on normal input.
+    Created by :meth:`MetricsServer.stage`. The stage's loop calls :meth:`turn` and
+    :meth:`connected` once per loop iteration, :meth:`batch` after each micro-batch,
+    :meth:`sync` to copy the counters of its :class:`~shiftwatch.deploy.executor.RunSummary`;
+    the executor calls :meth:`dead_letter` and :meth:`alarms`. None of them raises on normal
+    input.
 
     Parameters
     ----------
@@ -168,7 +175,8 @@ class StageMetrics:
     pipeline, stage
         The label values.
     liveness_seconds
-        The stage is not live when its loop has not turned for this long.
+        The stage is not live when its loop has not turned for this long, or when it has
+        been disconnected from the cluster for longer.
     stalls_before_unhealthy
         The stage is not live after this many slow batches in a row.
     slow_batch_seconds
@@ -183,6 +191,8 @@ class StageMetrics:
     (None, True, None, True, None, False)
     >>> server.value("shiftwatch_alarms_total", stage="detect", operator="river:ADWIN")
     3.0
+    >>> m.connected(False); m.ready, m.health()["connected"]
+    (False, False)
     """
 
     def __init__(self, families: _Families, pipeline: str, stage: str,
@@ -212,11 +222,14 @@ class StageMetrics:
         self._last_turn = time.monotonic()
         self._stalls = 0
         self._ready = False
+        self._disconnected_since: float | None = None
         self._started_unix = time.time()
         self._last_checkpoint_unix: float | None = None
         self._c["shiftwatch_last_checkpoint_age_seconds"].set_function(self._checkpoint_age)
         self._c["shiftwatch_stage_live"].set_function(lambda: float(self.live))
-        self._c["shiftwatch_stage_ready"].set_function(lambda: float(self._ready))
+        self._c["shiftwatch_stage_ready"].set_function(lambda: float(self.ready))
+        self._c["shiftwatch_stage_connected"].set_function(
+            lambda: float(self._disconnected_since is None))
 
     # ---- called by the stage loop --------------------------------------------------
 
@@ -245,6 +258,16 @@ class StageMetrics:
     def set_ready(self, ready: bool) -> None:
         """Assigned and restored (True), or rebalancing / stopping (False)."""
         self._ready = ready
+
+    def connected(self, connected: bool) -> None:
+        """Whether the stage reaches the cluster right now (called once per loop turn).
+
+        While it does not, the stage is not ready; once that has lasted longer than
+        ``liveness_seconds`` it is not live either (a restart is due)."""
+        if connected:
+            self._disconnected_since = None
+        elif self._disconnected_since is None:
+            self._disconnected_since = time.monotonic()
 
     def partitions(self, lags: dict[int, int | None]) -> None:
         """The partitions owned and their lag (None: not known yet)."""
@@ -290,17 +313,30 @@ class StageMetrics:
     # ---- health ----------------------------------------------------------------------
 
     @property
+    def seconds_disconnected(self) -> float:
+        """Seconds since the stage last reached the cluster (0 while it does)."""
+        since = self._disconnected_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    @property
     def live(self) -> bool:
-        """The loop turned within ``liveness_seconds`` and is not stalled."""
+        """The loop turned within ``liveness_seconds``, is not stalled, and has not been
+        disconnected for longer than ``liveness_seconds``."""
         return (time.monotonic() - self._last_turn <= self.liveness_seconds
-                and self._stalls < self.stalls_before_unhealthy)
+                and self._stalls < self.stalls_before_unhealthy
+                and self.seconds_disconnected <= self.liveness_seconds)
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Assigned and restored, and reaching the cluster."""
+        return self._ready and self._disconnected_since is None
 
     def health(self) -> dict:
-        return {"live": self.live, "ready": self._ready, "consecutive_stalls": self._stalls,
+        """The probes' view of the stage, with the reasons (the /healthz body)."""
+        return {"live": self.live, "ready": self.ready, "assigned": self._ready,
+                "connected": self._disconnected_since is None,
+                "seconds_disconnected": round(self.seconds_disconnected, 3),
+                "consecutive_stalls": self._stalls,
                 "seconds_since_loop_turn": round(time.monotonic() - self._last_turn, 3)}
 
     def _checkpoint_age(self) -> float:
@@ -381,9 +417,14 @@ class MetricsServer:
                               {"live": all(m.live for m in self.stages), "stages": stages})
             if path == "/readyz":
                 ok = bool(self.stages) and all(m.ready for m in self.stages)
+                why = {}
+                for m in self.stages:
+                    h = m.health()
+                    why[f"{m.pipeline}/{m.stage}"] = {
+                        k: h[k] for k in ("assigned", "connected", "seconds_disconnected")}
                 return health(start_response, ok, {
                     "ready": ok, "stages": {f"{m.pipeline}/{m.stage}": m.ready
-                                            for m in self.stages}})
+                                            for m in self.stages}, "why": why})
             return metrics_app(environ, start_response)
 
         return app

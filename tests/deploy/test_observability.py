@@ -379,6 +379,41 @@ def test_compose_healthcheck_command_follows_liveness(server):
     assert subprocess.run(cmd, capture_output=True).returncode != 0
 
 
+# ---- the connection to the cluster -----------------------------------------------------
+
+
+def test_disconnection_fails_readiness_at_once_and_liveness_after_the_liveness_time(server):
+    import time
+
+    m = server.stage("p", "s", liveness_seconds=0.5)
+    m.set_ready(True)
+    url = f"http://127.0.0.1:{server.port}"
+    assert _get(url + "/readyz")[0] == 200 and _get(url + "/healthz")[0] == 200
+    m.connected(False)
+    status, body = _get(url + "/readyz")
+    assert status == 503
+    body = json.loads(body)
+    assert body["stages"] == {"p/s": False}
+    assert body["why"]["p/s"]["assigned"] is True and body["why"]["p/s"]["connected"] is False
+    status, body = _get(url + "/healthz")  # the loop turns: live for the liveness time
+    assert status == 200 and json.loads(body)["stages"]["p/s"]["connected"] is False
+    lv = (("pipeline", "p"), ("stage", "s"))
+    assert _scrape(server)[("shiftwatch_stage_connected", lv)] == 0.0
+    assert _scrape(server)[("shiftwatch_stage_ready", lv)] == 0.0
+    deadline = time.monotonic() + 0.7
+    while time.monotonic() < deadline:  # turning all along: only the disconnection counts
+        m.turn()
+        m.connected(False)  # the stage reports it every turn; the time counts from the first
+        time.sleep(0.05)
+    status, body = _get(url + "/healthz")
+    stage = json.loads(body)["stages"]["p/s"]
+    assert status == 503 and stage["live"] is False and stage["seconds_disconnected"] > 0.5
+    assert stage["seconds_since_loop_turn"] < 0.5
+    m.connected(True)
+    assert _get(url + "/healthz")[0] == 200 and _get(url + "/readyz")[0] == 200
+    assert _scrape(server)[("shiftwatch_stage_connected", lv)] == 1.0
+
+
 # ---- a bounded number of threads -------------------------------------------------------
 
 
