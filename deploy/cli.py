@@ -457,7 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_replay, stages=None)
 
     k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "
-                       "members (SIGTERM: checkpoint, commit, leave the group)")
+                       "members (SIGTERM: checkpoint, commit, leave the group; a lost cluster: "
+                       "reconnect for up to 60 s, else one error line, exit status 2)")
     k.add_argument("pipeline", help="pipeline YAML file (see deploy/examples/)")
     k.add_argument("--stage", action="append", metavar="NAME",
                    help="run only this stage (repeatable; default: every stage)")
@@ -465,7 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--metrics-file", help="write metrics JSON here ({stage} is replaced)")
     k.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus /metrics, /healthz, /readyz on PORT "
-                        "(overrides metrics.port)")
+                        "(overrides metrics.port); /readyz fails while a stage cannot reach "
+                        "the cluster, /healthz once that lasts longer than the liveness time")
     k.add_argument("--metrics-host", metavar="ADDRESS",
                    help="address the metrics port listens on (overrides metrics.address, "
                         "default 0.0.0.0 so that probes reach a container; 127.0.0.1 for this "
