@@ -195,7 +195,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         from shiftwatch.deploy.observability import MetricsServer
 
-        server = MetricsServer(port=args.metrics_port).start()
+        server = MetricsServer(port=args.metrics_port, address=args.metrics_host).start()
         metrics = server.stage("replay", str(getattr(source, "name", args.source)))
     stopped: WriteFailed | None = None
     try:
@@ -309,6 +309,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.metrics["file"] = args.metrics_file
     if args.metrics_port is not None:
         config.metrics["port"] = args.metrics_port
+    if args.metrics_host is not None:
+        config.metrics["address"] = args.metrics_host
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
@@ -518,10 +520,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-rows", type=int, default=20, help="rows of the alarm table")
     r.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus /metrics, /healthz, /readyz on PORT while replaying")
+    r.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
+                   help="address the metrics port listens on (default 127.0.0.1, this machine "
+                        "only; 0.0.0.0 for every interface)")
     r.set_defaults(func=cmd_replay, stages=None)
 
     k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "
-                       "members (SIGTERM: checkpoint, commit, leave the group)")
+                       "members (SIGTERM: checkpoint, commit, leave the group; a lost cluster: "
+                       "reconnect for up to 60 s, else one error line, exit status 2)")
     k.add_argument("pipeline", help="pipeline YAML file (see deploy/examples/)")
     k.add_argument("--stage", action="append", metavar="NAME",
                    help="run only this stage (repeatable; default: every stage)")
@@ -529,7 +535,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--metrics-file", help="write metrics JSON here ({stage} is replaced)")
     k.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus /metrics, /healthz, /readyz on PORT "
-                        "(overrides metrics.port)")
+                        "(overrides metrics.port); /readyz fails while a stage cannot reach "
+                        "the cluster, /healthz once that lasts longer than the liveness time")
+    k.add_argument("--metrics-host", metavar="ADDRESS",
+                   help="address the metrics port listens on (overrides metrics.address, "
+                        "default 0.0.0.0 so that probes reach a container; 127.0.0.1 for this "
+                        "machine only)")
     k.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="stop (checkpointing first) after SECONDS without input")
     k.add_argument("--reset-state", metavar="PARTITIONS",

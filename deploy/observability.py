@@ -5,15 +5,25 @@ One :class:`MetricsServer` per process serves, on one port:
 * ``/metrics``: the Prometheus text format, written by ``prometheus_client`` from the
   server's own registry (:data:`METRICS` lists every family, its type and labels);
 * ``/healthz``: 200 while every stage's loop turns (a loop turn within the stage's
-  ``liveness_seconds``, and fewer than ``stalls_before_unhealthy`` slow batches in a row),
-  503 otherwise;
+  ``liveness_seconds``, fewer than ``stalls_before_unhealthy`` slow batches in a row, and
+  not disconnected from the cluster for longer than ``liveness_seconds``), 503 otherwise;
 * ``/readyz``: 200 once every stage has joined its group and restored the partitions it was
-  assigned (a replay: once it started), 503 before that, during a rebalance and at shutdown.
+  assigned (a replay: once it started) and while it reaches the cluster, 503 before that,
+  during a rebalance, while disconnected and at shutdown.
+
+Both bodies are JSON and say why, per stage (``connected``, ``seconds_disconnected``, ...).
 
 Each stage (or replay) reports through its own :class:`StageMetrics`, whose label values are
 the pipeline and stage names; per-operator alarm counts add the operator name, dead letters
 a reason class from the fixed set :data:`REASON_CLASSES`, lag the partition number. No label
 ever holds a record key or a value, so the number of series is bounded by configuration.
+
+The server answers with a fixed number of threads whatever the clients do: one thread
+accepts connections and watches them, :data:`HTTP_WORKERS` threads answer requests. A
+connection costs a thread only once its request has arrived; one left idle is closed after
+:data:`IDLE_TIMEOUT_S` seconds, at most :data:`MAX_OPEN_CONNECTIONS` are kept open (the
+oldest goes first), and a request that does not arrive whole within
+:data:`READ_TIMEOUT_S` seconds is dropped.
 
 ``prometheus_client`` is imported only when a server or a stage's metrics are created: the
 CLI starts without it.
@@ -23,9 +33,12 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import selectors
 import threading
 import time
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 __all__ = ["MetricsServer", "StageMetrics", "METRICS", "REASON_CLASSES", "reason_class"]
 
@@ -74,6 +87,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "gauge", ("pipeline", "stage"), "1 when the stage is assigned and restored."),
     "shiftwatch_stage_live": (
         "gauge", ("pipeline", "stage"), "1 while the stage's loop turns."),
+    "shiftwatch_stage_connected": (
+        "gauge", ("pipeline", "stage"),
+        "1 while the stage reaches the Kafka cluster (its group coordinator is known)."),
 }
 
 #: The values of the ``reason`` label of ``shiftwatch_dead_letters_total``.
@@ -89,6 +105,17 @@ _REASON_PATTERNS = (
                "unit vector", "orthonormal", "symmetric", "positive definite", "norm")),
     ("out_of_range", ("outside", "class index", "out of range")),
 )
+
+#: Threads that answer HTTP requests (besides the one that accepts and watches connections).
+HTTP_WORKERS = 4
+#: Connections kept open waiting for their request; beyond it the oldest is closed.
+MAX_OPEN_CONNECTIONS = 64
+#: An open connection that sends nothing for this long is closed.
+IDLE_TIMEOUT_S = 10.0
+#: A request whose line and headers have not arrived this long after they began is dropped.
+READ_TIMEOUT_S = 5.0
+#: Requests read to answer, waiting for a worker; beyond it a connection is closed at once.
+_QUEUED_REQUESTS = 32
 
 #: Batch-time buckets (seconds): a 1000-record batch takes milliseconds to seconds.
 _BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -135,10 +162,11 @@ class _Families:
 class StageMetrics:
     """The metrics and health of one stage (or one replay) of a process.
 
-    Created by :meth:`MetricsServer.stage`. The stage's loop calls :meth:`turn` once per
-    loop iteration, :meth:`batch` after each micro-batch, :meth:`sync` to copy the counters
-    of its :class:`~shiftwatch.deploy.executor.RunSummary`; the executor calls
-    :meth:`dead_letter` and :meth:`alarms`. None of them raises on normal input.
+    Created by :meth:`MetricsServer.stage`. The stage's loop calls :meth:`turn` and
+    :meth:`connected` once per loop iteration, :meth:`batch` after each micro-batch,
+    :meth:`sync` to copy the counters of its :class:`~shiftwatch.deploy.executor.RunSummary`;
+    the executor calls :meth:`dead_letter` and :meth:`alarms`. None of them raises on normal
+    input.
 
     Parameters
     ----------
@@ -147,7 +175,8 @@ class StageMetrics:
     pipeline, stage
         The label values.
     liveness_seconds
-        The stage is not live when its loop has not turned for this long.
+        The stage is not live when its loop has not turned for this long, or when it has
+        been disconnected from the cluster for longer.
     stalls_before_unhealthy
         The stage is not live after this many slow batches in a row.
     slow_batch_seconds
@@ -162,6 +191,8 @@ class StageMetrics:
     (None, True, None, True, None, False)
     >>> server.value("shiftwatch_alarms_total", stage="detect", operator="river:ADWIN")
     3.0
+    >>> m.connected(False); m.ready, m.health()["connected"]
+    (False, False)
     """
 
     def __init__(self, families: _Families, pipeline: str, stage: str,
@@ -191,11 +222,14 @@ class StageMetrics:
         self._last_turn = time.monotonic()
         self._stalls = 0
         self._ready = False
+        self._disconnected_since: float | None = None
         self._started_unix = time.time()
         self._last_checkpoint_unix: float | None = None
         self._c["shiftwatch_last_checkpoint_age_seconds"].set_function(self._checkpoint_age)
         self._c["shiftwatch_stage_live"].set_function(lambda: float(self.live))
-        self._c["shiftwatch_stage_ready"].set_function(lambda: float(self._ready))
+        self._c["shiftwatch_stage_ready"].set_function(lambda: float(self.ready))
+        self._c["shiftwatch_stage_connected"].set_function(
+            lambda: float(self._disconnected_since is None))
 
     # ---- called by the stage loop --------------------------------------------------
 
@@ -224,6 +258,16 @@ class StageMetrics:
     def set_ready(self, ready: bool) -> None:
         """Assigned and restored (True), or rebalancing / stopping (False)."""
         self._ready = ready
+
+    def connected(self, connected: bool) -> None:
+        """Whether the stage reaches the cluster right now (called once per loop turn).
+
+        While it does not, the stage is not ready; once that has lasted longer than
+        ``liveness_seconds`` it is not live either (a restart is due)."""
+        if connected:
+            self._disconnected_since = None
+        elif self._disconnected_since is None:
+            self._disconnected_since = time.monotonic()
 
     def partitions(self, lags: dict[int, int | None]) -> None:
         """The partitions owned and their lag (None: not known yet)."""
@@ -269,17 +313,30 @@ class StageMetrics:
     # ---- health ----------------------------------------------------------------------
 
     @property
+    def seconds_disconnected(self) -> float:
+        """Seconds since the stage last reached the cluster (0 while it does)."""
+        since = self._disconnected_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    @property
     def live(self) -> bool:
-        """The loop turned within ``liveness_seconds`` and is not stalled."""
+        """The loop turned within ``liveness_seconds``, is not stalled, and has not been
+        disconnected for longer than ``liveness_seconds``."""
         return (time.monotonic() - self._last_turn <= self.liveness_seconds
-                and self._stalls < self.stalls_before_unhealthy)
+                and self._stalls < self.stalls_before_unhealthy
+                and self.seconds_disconnected <= self.liveness_seconds)
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Assigned and restored, and reaching the cluster."""
+        return self._ready and self._disconnected_since is None
 
     def health(self) -> dict:
-        return {"live": self.live, "ready": self._ready, "consecutive_stalls": self._stalls,
+        """The probes' view of the stage, with the reasons (the /healthz body)."""
+        return {"live": self.live, "ready": self.ready, "assigned": self._ready,
+                "connected": self._disconnected_since is None,
+                "seconds_disconnected": round(self.seconds_disconnected, 3),
+                "consecutive_stalls": self._stalls,
                 "seconds_since_loop_turn": round(time.monotonic() - self._last_turn, 3)}
 
     def _checkpoint_age(self) -> float:
@@ -360,9 +417,14 @@ class MetricsServer:
                               {"live": all(m.live for m in self.stages), "stages": stages})
             if path == "/readyz":
                 ok = bool(self.stages) and all(m.ready for m in self.stages)
+                why = {}
+                for m in self.stages:
+                    h = m.health()
+                    why[f"{m.pipeline}/{m.stage}"] = {
+                        k: h[k] for k in ("assigned", "connected", "seconds_disconnected")}
                 return health(start_response, ok, {
                     "ready": ok, "stages": {f"{m.pipeline}/{m.stage}": m.ready
-                                            for m in self.stages}})
+                                            for m in self.stages}, "why": why})
             return metrics_app(environ, start_response)
 
         return app
@@ -373,19 +435,9 @@ class MetricsServer:
         Raises ``OSError`` when the port is taken."""
         if self.port is None or self._server is not None:
             return self
-        from socketserver import ThreadingMixIn
-        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
-        class _Server(ThreadingMixIn, WSGIServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        class _Quiet(WSGIRequestHandler):
-            def log_message(self, format, *args):  # scrapes every few seconds: no access log
-                pass
-
-        self._server = make_server(self.address, self.port, self._app(), _Server,
-                                   handler_class=_Quiet)
+        self._server = _PooledServer((self.address, self.port), _QuietHandler)
+        self._server.set_app(self._app())
+        self._server.start_workers()
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.2},
@@ -404,3 +456,99 @@ class MetricsServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = READ_TIMEOUT_S  # socket timeout while a worker reads the request
+
+    def log_message(self, format, *args):  # scrapes every few seconds: no access log
+        pass
+
+
+class _PooledServer(WSGIServer):
+    """wsgiref's server with a bounded number of threads (see the module docstring).
+
+    :meth:`serve_forever` (one thread) accepts connections and parks them in a selector until
+    their request arrives, then queues them for :data:`HTTP_WORKERS` worker threads. Each
+    answer is one request per connection (wsgiref speaks HTTP/1.0), so a worker is busy for
+    one request at a time and at most :data:`READ_TIMEOUT_S` waiting for it.
+    """
+
+    allow_reuse_address = True
+    request_queue_size = 128  # the listen backlog (socketserver's 5 drops bursts of connects)
+
+    def start_workers(self) -> None:
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._requests: queue.Queue = queue.Queue(maxsize=_QUEUED_REQUESTS)
+        self._workers = [threading.Thread(target=self._work, name=f"shiftwatch-metrics-{i}",
+                                          daemon=True) for i in range(HTTP_WORKERS)]
+        for t in self._workers:
+            t.start()
+
+    def serve_forever(self, poll_interval: float = 0.2) -> None:
+        parked: dict[Any, float] = {}  # connection -> when it was accepted (oldest first)
+        sel = selectors.DefaultSelector()
+        sel.register(self.socket, selectors.EVENT_READ)
+
+        def drop(conn) -> None:
+            sel.unregister(conn)
+            del parked[conn]
+            self.shutdown_request(conn)
+
+        try:
+            while not self._stopping.is_set():
+                for key, _ in sel.select(poll_interval):
+                    if key.fileobj is self.socket:
+                        try:
+                            conn, _addr = self.socket.accept()
+                        except OSError:
+                            continue
+                        if len(parked) >= MAX_OPEN_CONNECTIONS:
+                            drop(next(iter(parked)))
+                        parked[conn] = time.monotonic()
+                        sel.register(conn, selectors.EVENT_READ)
+                        continue
+                    conn = key.fileobj
+                    sel.unregister(conn)
+                    del parked[conn]
+                    try:
+                        self._requests.put_nowait(conn)
+                    except queue.Full:  # every worker busy and the queue full: refuse
+                        self.shutdown_request(conn)
+                cutoff = time.monotonic() - IDLE_TIMEOUT_S
+                while parked and next(iter(parked.values())) < cutoff:
+                    drop(next(iter(parked)))
+        finally:
+            for conn in list(parked):
+                drop(conn)
+            sel.close()
+            self._stopped.set()
+
+    def _work(self) -> None:
+        while True:
+            conn = self._requests.get()
+            if conn is None:
+                return
+            try:
+                self.finish_request(conn, conn.getpeername())
+            except Exception:  # a client that went away, a timeout: nothing to answer
+                log.debug("metrics request failed", exc_info=True)
+            finally:
+                self.shutdown_request(conn)
+
+    def shutdown(self) -> None:
+        """Stop accepting, close parked connections, let the workers finish; waits."""
+        self._stopping.set()
+        self._stopped.wait(timeout=5)
+        while True:  # requests not begun are not answered
+            try:
+                conn = self._requests.get_nowait()
+            except queue.Empty:
+                break
+            if conn is not None:
+                self.shutdown_request(conn)
+        for _ in self._workers:
+            self._requests.put(None)
+        for t in self._workers:
+            t.join(timeout=5)

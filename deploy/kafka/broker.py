@@ -76,6 +76,10 @@ def start_broker(port: int | None = None, host: str = "127.0.0.1",
         port = free_port(host)
     else:
         with socket.socket() as s:
+            # As the broker itself binds (tokio sets SO_REUSEADDR): connections of a broker
+            # killed a moment ago linger in TIME-WAIT and must not make the port look taken;
+            # a socket listening on it still does.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, port))
             except OSError as exc:

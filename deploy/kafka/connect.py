@@ -7,7 +7,12 @@ then raises ``KafkaTimeoutError: Unable to bootstrap ...``. The Kafka commands (
 10 by default; a pipeline's ``kafka.bootstrap_timeout_ms`` wins), keep the ``kafka`` logger
 quiet unless ``--debug``, and turn that error into one line by :func:`unreachable_message`.
 
-Imports nothing from kafka-python, so the command line can use it at start-up.
+Losing the cluster later, while a stage runs, is :func:`lost_cluster`'s question: which
+kafka-python errors mean the cluster is gone or was replaced (the stage then reconnects for
+up to :data:`CLUSTER_LOST_WAIT_S` seconds, and stops with :class:`ClusterLostError`, one line,
+if it is not back).
+
+Imports nothing from kafka-python at import time, so the command line can use it at start-up.
 """
 
 from __future__ import annotations
@@ -16,10 +21,21 @@ import logging
 import os
 import re
 
+from shiftwatch.deploy.errors import UserError
+
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "connect_timeout_s", "client_defaults",
-           "quiet_kafka_logs", "is_unreachable", "unreachable_message", "default_bootstrap"]
+           "quiet_kafka_logs", "is_unreachable", "unreachable_message", "default_bootstrap",
+           "CLUSTER_LOST_WAIT_S", "RECONNECT_BACKOFF_S", "lost_cluster", "Outage",
+           "ClusterLostError", "SessionLost"]
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+
+#: Seconds a stage that lost its cluster keeps reconnecting (with backoff) before it stops
+#: with one line; counted from the first error, and reset once the stage is assigned again.
+CLUSTER_LOST_WAIT_S = 60.0
+#: Seconds between a stage's attempts to reconnect (the last one repeats), within
+#: :data:`CLUSTER_LOST_WAIT_S` in all.
+RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 def connect_timeout_s() -> float:
@@ -89,3 +105,134 @@ def unreachable_message(exc: BaseException, hint: str | None = None) -> str:
                     "KAFKA_BOOTSTRAP environment variable")
     return (f"no Kafka broker answered at {where} within {waited}; {hint} "
             "(`shiftwatch broker` starts a local one; SHIFTWATCH_CONNECT_TIMEOUT sets the wait)")
+
+
+class SessionLost(RuntimeError):
+    """Raised by a stage whose group dropped it (its partitions were lost: a long outage, a
+    broker restarted empty): the cluster may not be the one it left, so the stage starts
+    over as after a lost cluster (:func:`lost_cluster` says yes)."""
+
+
+class ClusterLostError(UserError):
+    """A running stage lost its Kafka cluster and it did not come back within
+    :data:`CLUSTER_LOST_WAIT_S` seconds (one line, exit status 2; nothing was committed)."""
+
+
+#: Errors of a producer whose broker no longer knows it: the broker restarted without its
+#: state (an in-memory test broker) or the cluster was replaced.
+_FORGOTTEN = ("UnknownProducerIdError", "OutOfOrderSequenceNumberError",
+              "InvalidProducerIdMappingError", "UnknownError", "CommitFailedError",
+              "UnknownMemberIdError", "IllegalGenerationError")
+_UNEXPECTED = re.compile(r"Unexpected error in (\w+?)(?:Response)?: (?:\[Error -?\d+\] )?(\w+)")
+
+
+def lost_cluster(exc: BaseException) -> str | None:
+    """A few words on why ``exc`` means the cluster is gone or was replaced, or None.
+
+    Yes for kafka-python's retriable errors that reached the caller after the client's own
+    retries (connection errors, timeouts, expired sends, no leader or coordinator, an
+    unknown topic), for a producer or member the broker forgot (unknown producer id, an
+    ``UnknownError`` answer such as ``InitProducerId``'s, a commit refused because the group
+    is gone), and for a send refused because such an error came first. No for everything
+    else (authorization, a record too large, a fenced producer, a bug, a
+    :class:`~shiftwatch.deploy.errors.UserError`), which stops the stage as before.
+
+    >>> from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
+    >>> lost_cluster(KafkaError("Unexpected error in InitProducerIdResponse: "
+    ...                         "[Error -1] UnknownError"))
+    'InitProducerId: UnknownError'
+    >>> lost_cluster(KafkaTimeoutError("Expiring 3 record(s) for t-0: 120000 ms has passed"))
+    'KafkaTimeoutError: Expiring 3 record(s) for t-0: 120000 ms has passed'
+    >>> lost_cluster(MessageSizeTooLargeError("too large")) is None
+    True
+    """
+    if isinstance(exc, SessionLost):
+        return str(exc)
+    try:
+        from kafka import errors
+    except ImportError:  # pragma: no cover - no client, nothing of it to classify
+        return None
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen or not isinstance(e, errors.KafkaError):
+            continue
+        seen.add(id(e))
+        text = str(e.args[0]) if e.args and e.args[0] is not None else ""
+        m = _UNEXPECTED.search(text)
+        if m:
+            return f"{m.group(1)}: {m.group(2)}"
+        if isinstance(e, errors.RetriableError) or type(e).__name__ in _FORGOTTEN:
+            detail = " ".join(text.split())[:120]
+            return f"{type(e).__name__}: {detail}" if detail else type(e).__name__
+        # "Cannot perform send because at least one previous ... request has failed": the
+        # first error rides along as an argument
+        todo.extend(a for a in e.args[1:] if isinstance(a, BaseException))
+        if e.__cause__ is not None:
+            todo.append(e.__cause__)
+    return None
+
+
+class Outage:
+    """A running stage's loss of its cluster: since when, why, when to try again.
+
+    Parameters
+    ----------
+    stage, where
+        The stage's name and the cluster's bootstrap address (for the messages).
+    reason
+        What :func:`lost_cluster` said of the first error.
+    since
+        When it happened (``time.monotonic()``).
+    wait_s
+        How long the stage keeps trying (default :data:`CLUSTER_LOST_WAIT_S`).
+
+    Examples
+    --------
+    >>> o = Outage("det", "h:9092", "InitProducerId: UnknownError", since=100.0)
+    >>> o.failed("InitProducerId: UnknownError", now=100.0), o.failed("timeout", now=101.0)
+    (0.5, 1.0)
+    >>> o.failed("timeout", now=158.0)  # the backoff never runs past the bound
+    2.0
+    >>> o.failed("timeout", now=160.0)
+    Traceback (most recent call last):
+    ...
+    shiftwatch.deploy.kafka.connect.ClusterLostError: stage det: lost the Kafka cluster at \
+h:9092 (InitProducerId: UnknownError) and it did not come back within 60 s (3 reconnection \
+attempts; last: timeout); it stopped without a checkpoint: once the cluster answers, \
+restart it and it resumes from its last committed checkpoint
+    """
+
+    def __init__(self, stage: str, where: str, reason: str, since: float,
+                 wait_s: float | None = None):
+        self.stage = stage
+        self.where = where
+        self.first = self.last = reason
+        self.since = since
+        self.wait_s = CLUSTER_LOST_WAIT_S if wait_s is None else wait_s
+        self.failures = 0
+        #: the clients' bootstrap wait before the outage (restored once the stage is back)
+        self.bootstrap_ms: int | None = None
+
+    def left_s(self, now: float) -> float:
+        """Seconds left to come back."""
+        return self.wait_s - (now - self.since)
+
+    def failed(self, reason: str, now: float) -> float:
+        """One more failed session (the first included): the seconds to wait before the
+        next attempt. Raises :class:`ClusterLostError` once the outage is ``wait_s`` old."""
+        self.failures += 1
+        self.last = reason
+        left = self.left_s(now)
+        if left <= 0:
+            raise self.error()
+        return min(RECONNECT_BACKOFF_S[min(self.failures, len(RECONNECT_BACKOFF_S)) - 1], left)
+
+    def error(self) -> ClusterLostError:
+        last = "" if self.last == self.first else f"; last: {self.last}"
+        return ClusterLostError(
+            f"stage {self.stage}: lost the Kafka cluster at {self.where} ({self.first}) and it "
+            f"did not come back within {self.wait_s:g} s ({self.failures - 1} reconnection "
+            f"attempts{last}); it stopped without a checkpoint: once the cluster answers, "
+            "restart it and it resumes from its last committed checkpoint")

@@ -55,6 +55,7 @@ from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.kafka.changelog import ChangelogError, ChangelogReader
 from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, StateLoadError
+from shiftwatch.deploy.kafka.connect import Outage, SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.dedupe import Deduper, end_slack
 from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
 from shiftwatch.operators.codec import encode_record
@@ -67,6 +68,9 @@ log = logging.getLogger("shiftwatch.kafka")
 #: Bytes of a produced message besides its value (key, headers, record framing) that the
 #: producer's ``max_request_size`` must also hold.
 MESSAGE_OVERHEAD = 4096
+
+#: Milliseconds a stage that lost its cluster gives its consumer to leave the group.
+LEAVE_GROUP_MS = 2000
 
 
 class StageRunner:
@@ -184,6 +188,11 @@ class StageRunner:
     def _clients(self) -> None:
         from kafka import KafkaConsumer, KafkaProducer
 
+        self._drop_clients()  # what a session that failed while starting left behind
+        self._seen_connected = False  # a coordinator not found yet is not a lost one
+        self._group_lost: list[int] | None = None  # partitions lost when the group dropped us
+        self._lost_at = float("-inf")  # when this session last stopped reaching the cluster
+        self._back_at = float("-inf")  # when it reached it again
         c = self.stage.consumer
         self._consumer = KafkaConsumer(
             **self.client, group_id=self.group_id, enable_auto_commit=False,
@@ -211,6 +220,27 @@ class StageRunner:
         self.checkpointer.producer = self._producer
         self.checkpointer.consumer = self._consumer
         self._reader = ChangelogReader(self.client, self.changelog, read_committed=self.eos)
+
+    def _drop_clients(self) -> None:
+        """Close the clients without waiting for their work and forget them: after losing
+        the cluster nothing of theirs can complete, so no checkpoint is written and no
+        pending send waited for. The consumer still gets :data:`LEAVE_GROUP_MS` to leave its
+        group (a member that never leaves can keep the group from settling)."""
+        consumer, producer, reader = self._consumer, self._producer, self._reader
+        self._consumer = self._producer = self._reader = None
+        for client, kwargs in ((consumer, {"autocommit": False, "timeout_ms": LEAVE_GROUP_MS}),
+                               (producer, {"timeout": 0}), (reader, {})):
+            if client is None:
+                continue
+            try:
+                client.close(**kwargs)
+            except Exception as exc:
+                log.debug("stage %s: close after losing the cluster: %s", self.stage.name, exc)
+                # KafkaProducer.close flushes first and gives up before stopping its I/O
+                # thread when sends are pending: stop it without them
+                sender = getattr(client, "_sender", None)
+                if sender is not None:
+                    sender.force_close()
 
     # ---- lifecycle hooks --------------------------------------------------------------
 
@@ -405,17 +435,143 @@ class StageRunner:
         """Consume until :attr:`stop` is set (or idle for ``idle_exit_s``), then shut down.
 
         Shutdown checkpoints every partition, commits, and leaves the group (``close``).
+
+        Losing the cluster (an error :func:`~shiftwatch.deploy.kafka.connect.lost_cluster`
+        recognizes: connection errors, timeouts, a broker that forgot this producer, ...)
+        stops the session at once without a checkpoint, as a crash would; the stage
+        reconnects with backoff and, assigned again, resumes from its last committed
+        checkpoint. If it is not back within
+        :data:`~shiftwatch.deploy.kafka.connect.CLUSTER_LOST_WAIT_S` seconds of the first
+        error, raises :class:`~shiftwatch.deploy.kafka.connect.ClusterLostError` (one line;
+        nothing was committed).
         """
+        self._down_since: float | None = None  # when the cluster stopped answering
+        self._assigned_at = float("-inf")  # the last assignment (monotonic)
+        self._outage: Outage | None = None
+        while True:
+            try:
+                return self._session()
+            except Exception as exc:
+                reason = lost_cluster(exc)
+                if reason is None:
+                    raise
+                if not self._wait_to_reconnect(reason, isinstance(exc, SessionLost)):
+                    return self.stats  # stopped while the cluster was away
+
+    def _wait_to_reconnect(self, reason: str, starting_over: bool = False) -> bool:
+        """After losing the cluster (or being dropped by the group, ``starting_over``): wait
+        out the backoff and reset what a session keeps; False if :attr:`stop` was set
+        meanwhile. Raises ClusterLostError once the outage is older than CLUSTER_LOST_WAIT_S."""
+        now = time.monotonic()
+        out = self._outage
+        if out is None:
+            out = self._outage = Outage(self.stage.name, _bootstrap(self.client), reason, now)
+            out.bootstrap_ms = self.client.get("bootstrap_timeout_ms")
+            if starting_over:
+                log.warning("stage %s: starting a new session (%s): the cluster may not be "
+                            "the one it left; it resumes from its last committed checkpoint",
+                            out.stage, reason)
+            else:
+                log.warning("stage %s: lost the Kafka cluster at %s (%s): stopped without a "
+                            "checkpoint; reconnecting for up to %g s, then the stage resumes "
+                            "from its last committed checkpoint", out.stage, out.where, reason,
+                            out.wait_s)
+        else:
+            log.info("stage %s: the Kafka cluster at %s is not back (%s)", out.stage,
+                     out.where, reason)
+        if self._down_since is None and not starting_over:
+            self._down_since = now
+        try:
+            end = now + out.failed(reason, now)
+        except Exception:
+            self._drop_clients()  # what a session that failed while starting left behind
+            raise
+        while not self.stop.is_set() and time.monotonic() < end:
+            if self.metrics is not None:  # waiting, not stuck: liveness follows the outage
+                self.metrics.connected(starting_over)
+                self.metrics.turn()
+            self.stop.wait(min(0.2, max(0.0, end - time.monotonic())))
+        if self.stop.is_set():
+            return False
+        # A new session: nothing of the lost one carries over; its first connection to the
+        # cluster waits at most what is left of the outage.
+        self._fatal = None
+        self._failed = False
+        self.checkpointer.in_txn = False
+        self._asked = set()
+        self._upstream_ends = {}
+        configured = out.bootstrap_ms if out.bootstrap_ms is not None else 30_000
+        self.client["bootstrap_timeout_ms"] = max(
+            1000, min(configured, int(1000 * out.left_s(time.monotonic()))))
+        return True
+
+    def on_lost(self, partitions) -> None:
+        """Called inside ``poll`` instead of :meth:`on_revoke` when the group has dropped this
+        member (its session expired, the broker does not know it: a long outage, a broker
+        restarted empty), or when partitions are revoked after the stage lost the
+        connection to the cluster since they were assigned (a broker restarted empty at
+        once can answer with a plain rebalance).
+
+        Forgets the partitions without a checkpoint (another member may own them now; their
+        next owner resumes from their last committed checkpoint). The consumer rejoins at
+        once; when the group assigns it again, the stage starts a new session instead of
+        restoring (see :meth:`run`): the cluster may not be the one the member left (a broker
+        restarted empty), so its topics are checked again and its clients are new."""
+        if self.metrics is not None:
+            self.metrics.set_ready(False)
+        mine = [tp.partition for tp in partitions if tp.topic == self.stage.input]
+        for p in mine:
+            self._tasks.pop(p, None)
+        self.stats.partitions = sorted(self._tasks)
+        if not mine:
+            return
+        self._group_lost = sorted(set(self._group_lost or []) | set(mine))
+        if self._fatal is None and not self._failed:  # not while closing
+            log.warning("stage %s: partitions %s lost (the cluster or the group lost this "
+                        "member since they were assigned): not checkpointed; a new session "
+                        "starts once the group settles", self.stage.name, sorted(mine))
+
+    def _back(self) -> None:
+        """Assigned (after losing the cluster: the outage is over)."""
+        self._assigned_at = time.monotonic()
+        out, self._outage = self._outage, None
+        if out is None:
+            return
+        if out.bootstrap_ms is None:
+            self.client.pop("bootstrap_timeout_ms", None)
+        else:
+            self.client["bootstrap_timeout_ms"] = out.bootstrap_ms
+        log.info("stage %s: back on the Kafka cluster %.1f s after losing it (attempt %d)",
+                 self.stage.name, time.monotonic() - out.since, out.failures)
+
+    def _session(self) -> RunSummary:
+        """One session of :meth:`run`: check the topics, create the clients, consume."""
         from kafka import ConsumerRebalanceListener
 
         runner = self
 
         class _Listener(ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked):
-                runner.on_revoke(revoked)
+                if runner._lost_at > runner._assigned_at:  # what it holds may be of another
+                    runner.on_lost(revoked)                # cluster: no checkpoint of it
+                else:
+                    runner.on_revoke(revoked)
+
+            def on_partitions_lost(self, lost):  # kafka-python >= 3.0 (KIP-429)
+                runner.on_lost(lost)
 
             def on_partitions_assigned(self, assigned):
+                # Dropped by the group since the last assignment: leave it now that it is
+                # settled (tansu's group does not settle when a member leaves mid-join) and
+                # start over rather than restore in this session.
+                if runner._group_lost is not None:
+                    runner._fatal = runner._fatal or SessionLost(
+                        f"partitions {runner._group_lost} lost with the cluster or the group, "
+                        "not checkpointed")
+                    return
                 runner.on_assign(assigned)
+                if runner._fatal is None:
+                    runner._back()
 
         self.prepare()
         self._clients()
@@ -439,8 +595,7 @@ class StageRunner:
                             self._process(tp, task, msgs)
                 self.checkpointer.after_batch()
                 now = time.monotonic()
-                if self.metrics is not None:
-                    self._observe(now - t0 if n else None)
+                self._observe(now - t0 if n else None)
                 if now - t0 > 0.5 * max_poll_s:
                     log.warning("stage %s: a batch took %.1f s, over half of "
                                 "max_poll_interval_ms (%.0f s): lower batch.max_records or "
@@ -453,12 +608,19 @@ class StageRunner:
                     last_input = now  # idle time counts from the first assignment
                 elif self.idle_exit_s is not None and now - last_input > self.idle_exit_s:
                     break
-        except BaseException:
+        except BaseException as exc:
             # Stop without checkpointing: the batch at hand may be partly processed and
             # partly sent; the restart resumes from the last committed checkpoint.
             self._failed = True
+            if isinstance(exc, Exception) and lost_cluster(exc) is not None:
+                self._drop_clients()  # the cluster is gone: close them without waiting
             raise
         finally:
+            if self._consumer is not None and self._lost_at > self._assigned_at:
+                log.warning("stage %s: stopping after losing the Kafka cluster since the last "
+                            "assignment: no final checkpoint (a restart resumes from the last "
+                            "committed one)", self.stage.name)
+                self._drop_clients()  # what it holds may be of another cluster, or unwritable
             self._shutdown()
         return self.stats
 
@@ -551,9 +713,52 @@ class StageRunner:
                       if hw is not None and task.next_offset is not None else None)
         return out
 
+    def _connected(self) -> bool:
+        """Whether the stage reaches its cluster: the consumer knows its group coordinator
+        (kafka-python 3.0's internals; a client without them counts as connected)."""
+        unknown = getattr(getattr(self._consumer, "_coordinator", None),
+                          "coordinator_unknown", None)
+        if unknown is None:
+            return True
+        try:
+            return not unknown()
+        except Exception:  # a client closing under us: not a verdict on the cluster
+            return True
+
     def _observe(self, batch_seconds: float | None) -> None:
-        """Once per loop turn: liveness, batch time, counters and lag to :attr:`metrics`."""
+        """Once per loop turn: the connection to the cluster (one warning when it is lost,
+        one when it is back) and, with :attr:`metrics`, liveness, connection, batch time,
+        counters and lag."""
+        connected = self._connected()
+        dropped = False
+        session_s = self.stage.consumer["session_timeout_ms"] / 1000
+        if connected:
+            self._seen_connected = True
+            if self._down_since is not None:
+                self._back_at = time.monotonic()
+                away = self._back_at - self._down_since
+                log.warning("stage %s: connected to the Kafka cluster at %s again after %.1f s",
+                            self.stage.name, _bootstrap(self.client), away)
+                # Away longer than the session timeout, the member is out of the group (the
+                # client learns it at its next heartbeat): its old assignment is not
+                # "assigned and restored" until the group assigns it again.
+                dropped = away > session_s and self._assigned_at < self._down_since
+                self._down_since = None
+            elif self._lost_at > self._assigned_at and time.monotonic() - self._back_at > session_s:
+                # Back for a session timeout and the group kept this member (heartbeats
+                # would have told otherwise): the same cluster, what it holds is its own.
+                self._lost_at = float("-inf")
+        elif self._down_since is None and self._seen_connected:
+            self._down_since = self._lost_at = time.monotonic()
+            log.warning("stage %s: lost the connection to the Kafka cluster at %s (group "
+                        "coordinator unknown); not ready until it is back", self.stage.name,
+                        _bootstrap(self.client))
         m = self.metrics
+        if m is None:
+            return
+        m.connected(connected)
+        if dropped:
+            m.set_ready(False)
         m.turn()
         if batch_seconds is not None:
             m.batch(batch_seconds)
@@ -659,6 +864,12 @@ def params_mismatch(saved: list, now: list) -> str | None:
                 return (f"{b['operator']} {k}={text(pa.get(k))}; the pipeline now says "
                         f"{k}={text(pb.get(k))}")
     return None
+
+
+def _bootstrap(client: dict) -> str:
+    """The bootstrap address of kafka-python settings, for messages."""
+    servers = client.get("bootstrap_servers", "localhost:9092")
+    return ",".join(servers) if isinstance(servers, (list, tuple)) else str(servers)
 
 
 def _key_bytes(key: Any) -> bytes | None:

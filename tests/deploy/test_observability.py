@@ -377,3 +377,137 @@ def test_compose_healthcheck_command_follows_liveness(server):
     assert subprocess.run(cmd, capture_output=True).returncode == 0
     m.batch(1.0)
     assert subprocess.run(cmd, capture_output=True).returncode != 0
+
+
+# ---- the connection to the cluster -----------------------------------------------------
+
+
+def test_disconnection_fails_readiness_at_once_and_liveness_after_the_liveness_time(server):
+    import time
+
+    m = server.stage("p", "s", liveness_seconds=0.5)
+    m.set_ready(True)
+    url = f"http://127.0.0.1:{server.port}"
+    assert _get(url + "/readyz")[0] == 200 and _get(url + "/healthz")[0] == 200
+    m.connected(False)
+    status, body = _get(url + "/readyz")
+    assert status == 503
+    body = json.loads(body)
+    assert body["stages"] == {"p/s": False}
+    assert body["why"]["p/s"]["assigned"] is True and body["why"]["p/s"]["connected"] is False
+    status, body = _get(url + "/healthz")  # the loop turns: live for the liveness time
+    assert status == 200 and json.loads(body)["stages"]["p/s"]["connected"] is False
+    lv = (("pipeline", "p"), ("stage", "s"))
+    assert _scrape(server)[("shiftwatch_stage_connected", lv)] == 0.0
+    assert _scrape(server)[("shiftwatch_stage_ready", lv)] == 0.0
+    deadline = time.monotonic() + 0.7
+    while time.monotonic() < deadline:  # turning all along: only the disconnection counts
+        m.turn()
+        m.connected(False)  # the stage reports it every turn; the time counts from the first
+        time.sleep(0.05)
+    status, body = _get(url + "/healthz")
+    stage = json.loads(body)["stages"]["p/s"]
+    assert status == 503 and stage["live"] is False and stage["seconds_disconnected"] > 0.5
+    assert stage["seconds_since_loop_turn"] < 0.5
+    m.connected(True)
+    assert _get(url + "/healthz")[0] == 200 and _get(url + "/readyz")[0] == 200
+    assert _scrape(server)[("shiftwatch_stage_connected", lv)] == 1.0
+
+
+# ---- a bounded number of threads -------------------------------------------------------
+
+
+def _server_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("shiftwatch-metrics")]
+
+
+def test_idle_connections_take_no_thread_and_metrics_still_answers(server):
+    import socket
+    import threading
+    import time
+
+    from shiftwatch.deploy import observability as obs
+
+    server.stage("p", "s").set_ready(True)
+    assert len(_server_threads()) == obs.HTTP_WORKERS + 1  # the acceptor and the workers
+    before = threading.active_count()
+    idle = []
+    try:
+        for _ in range(300):  # connect and send nothing
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        time.sleep(0.5)
+        during = threading.active_count()
+        t0 = time.monotonic()
+        status, body = _get(f"http://127.0.0.1:{server.port}/metrics")
+        took = time.monotonic() - t0
+        assert status == 200 and b"shiftwatch_stage_ready" in body
+        assert _get(f"http://127.0.0.1:{server.port}/readyz")[0] == 200
+        assert during == before, (before, during)  # not one thread per connection
+        assert len(_server_threads()) == obs.HTTP_WORKERS + 1
+        assert took < 2, took
+        # Beyond MAX_OPEN_CONNECTIONS the oldest idle connections were closed by the server.
+        closed = 0
+        for s in idle:
+            s.setblocking(False)
+            try:
+                closed += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        assert 300 - obs.MAX_OPEN_CONNECTIONS - 1 <= closed < 300, closed
+        print(f"300 idle connections: {during} threads in the process ({before} before), "
+              f"{len(_server_threads())} of the server, {closed} closed by it, /metrics in "
+              f"{took * 1000:.0f} ms")
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_an_idle_connection_is_closed_after_the_idle_timeout(monkeypatch):
+    import socket
+    import time
+
+    from shiftwatch.deploy import observability as obs
+
+    monkeypatch.setattr(obs, "IDLE_TIMEOUT_S", 0.5)
+    s = MetricsServer(port=0, address="127.0.0.1").start()
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as idle:
+            t0 = time.monotonic()
+            assert idle.recv(1) == b""  # the server closed it
+            assert 0.4 < time.monotonic() - t0 < 3
+        assert _get(f"http://127.0.0.1:{s.port}/healthz")[0] == 200
+    finally:
+        s.close()
+
+
+def test_metrics_host_defaults_to_loopback_for_replay_and_overrides_run(tmp_path, monkeypatch):
+    from shiftwatch.deploy.kafka import stage as kafka_stage
+
+    bound = []
+    original = MetricsServer.start
+
+    def start(self):
+        original(self)
+        bound.append(self._server.socket.getsockname()[0])
+        return self
+
+    monkeypatch.setattr(MetricsServer, "start", start)
+    src = tmp_path / "x.jsonl"
+    src.write_text("".join(json.dumps({"value": float(i % 7)}) + "\n" for i in range(50)))
+    argv = ["replay", str(src), "--operator", "river:ADWIN", "--out", str(tmp_path / "o"),
+            "--no-plots", "--no-progress", "--quiet", "--metrics-port", "0"]
+    assert main(argv) == 0
+    assert main([*argv, "--metrics-host", "0.0.0.0"]) == 0
+    assert bound == ["127.0.0.1", "0.0.0.0"]
+
+    seen = []
+    monkeypatch.setattr(kafka_stage, "run_pipeline",
+                        lambda config, **kw: seen.append(config.metrics["address"]) or 0)
+    pipeline = ROOT / "deploy" / "examples" / "sensors.yaml"
+    assert main(["run", str(pipeline)]) == 0
+    assert main(["run", str(pipeline), "--metrics-host", "127.0.0.1"]) == 0
+    assert seen == ["0.0.0.0", "127.0.0.1"]  # the file's default, then the option
