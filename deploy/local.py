@@ -161,6 +161,9 @@ class Pipeline:
                         self._process(ex, todo, guard, bar)
                     except KeyboardInterrupt:
                         summary.interrupted = True
+                if not summary.interrupted:  # the stream ended: what operators held back
+                    with guard.deferred():
+                        self._write(ex.flush())
         finally:
             if self.metrics is not None:
                 self.metrics.sync(summary)
@@ -219,16 +222,19 @@ class Pipeline:
             t0 = time.perf_counter()
             # A file source says which line each offset came from (for operators' dead letters).
             result = ex.process(batch, origins=getattr(self.source, "origins", None))
-            self._write_dead(result.dead_letters)
-            for sink in self.sinks:
-                if getattr(sink, "wants_inputs", False):
-                    sink.write_inputs(result.inputs)
-                sink.write(result.outputs)
+            self._write(result)
             if bar is not None:
                 bar.update(len(batch))
             if self.metrics is not None:
                 self.metrics.batch(time.perf_counter() - t0)
                 self.metrics.sync(ex.summary)
+
+    def _write(self, result) -> None:
+        self._write_dead(result.dead_letters)
+        for sink in self.sinks:
+            if getattr(sink, "wants_inputs", False):
+                sink.write_inputs(result.inputs)
+            sink.write(result.outputs)
 
     def _write_dead(self, records: list[dict]) -> None:
         if self.dead_letters is not None and records:

@@ -76,6 +76,16 @@ class Operator:
                 out.append(self._dead_letter(record, exc))
         return out
 
+    def flush(self) -> list[dict]:
+        """Outputs still held back when a replay's stream ends (e.g. the records of an
+        embedding's burn-in, before its period is known); none by default.
+
+        Called by the local runner once, after the last record (not after Ctrl-C); the
+        Kafka stage never calls it, as its streams do not end. The outputs go through the
+        rest of the operator chain like any others.
+        """
+        return []
+
     def _dead_letter(self, record: Any, exc: Exception) -> DeadLetter:
         origin = {"operator": self.name or type(self).__name__}
         if isinstance(record, Mapping):

@@ -6,8 +6,10 @@ and ``(d, tau) = embed_params(P, span, dmax)``: the vector covers ``span`` perio
 ``dmax`` coordinates (a lag tau > 1 decimates a long period, so that a covariance of the
 vectors stays small: SPD(d) steps cost O(d^3)). The burn-in values are buffered and, once
 the embedding is fixed, emitted as vectors (every position with a full history), so nothing
-is lost; before that the operator emits nothing. With a given ``d`` (and ``tau``, default 1)
-there is no burn-in: vectors are emitted from position (d-1) tau on.
+is lost; before that the operator emits nothing (a stream that ends inside the burn-in is
+embedded by :meth:`DelayEmbed.flush` at its end, with the period its values show). With a
+given ``d`` (and ``tau``, default 1) there is no burn-in: vectors are emitted from position
+(d-1) tau on.
 
 Outputs are the input record with ``value`` replaced by the vector (a list), so that
 ``window_covariance`` and ``karcher`` can follow. The vector at output ``i`` ends at input
@@ -22,7 +24,12 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.period import checkpoints, embed_params, progressive_period
+from shiftwatch.operators.period import (
+    acf_period,
+    checkpoints,
+    embed_params,
+    progressive_period,
+)
 from shiftwatch.operators.records import as_scalar, get_field
 from shiftwatch.operators.registry import register
 
@@ -120,12 +127,14 @@ class DelayEmbed(Operator):
             return []
         return [{**record, "value": self._vector()}]
 
-    def _fix(self) -> list[dict]:
-        r = progressive_period(self._burn, self.burn_in_min, self.burn_in, self.p_min,
-                               self.min_acf)
-        if r is None:
-            return []
-        self._period = int(r[0])
+    def _fix(self, period: int | None = None) -> list[dict]:
+        if period is None:
+            r = progressive_period(self._burn, self.burn_in_min, self.burn_in, self.p_min,
+                                   self.min_acf)
+            if r is None:
+                return []
+            period = int(r[0])
+        self._period = int(period)
         d, tau = embed_params(self._period, self.span, self.dmax)
         self._d = d
         self._tau = int(self.tau) if self.tau != "auto" else tau
@@ -146,6 +155,15 @@ class DelayEmbed(Operator):
         if len(self._burn) in checkpoints(self.burn_in_min, self.burn_in):
             return self._fix()
         return []
+
+    def flush(self) -> list[dict]:
+        """A stream that ended inside the burn-in: fix the period on what it held (the
+        rule of :func:`~shiftwatch.operators.period.acf_period`, at most a quarter of the
+        values, else ``p_min``) and emit its vectors, so a short stream still gets outputs."""
+        if self._d or not len(self._burn):
+            return []
+        return self._fix(acf_period(self._burn, self.p_min, max(self.p_min,
+                                                                len(self._burn) // 4)))
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict]:

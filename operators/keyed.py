@@ -132,6 +132,11 @@ class Keyed(Operator):
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
         return self._store.process_batch(records, self)
 
+    def flush(self) -> list[dict]:
+        """Every key's held-back outputs (:meth:`Operator.flush`), keys in order."""
+        flush = getattr(self._store, "flush", None)
+        return flush() if flush is not None else []
+
     def state_dict(self) -> dict:
         store = self._store
         return {"operator": "keyed",
@@ -180,6 +185,9 @@ class _Clones:
         op = self._new()
         op.load_state_dict(state)
         self._ops[key] = op
+
+    def flush(self) -> list[dict]:
+        return [o for op in self._ops.values() for o in op.flush()]
 
     def process(self, record: Mapping, owner: Operator) -> list[dict]:
         key = _key_of(record.get("key") if isinstance(record, Mapping) else None)

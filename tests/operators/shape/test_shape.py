@@ -135,3 +135,34 @@ def test_the_period_rule():
     clear = np.sin(2 * np.pi * t / 12)
     assert progressive_period(clear) == (12, 64)  # clear: fixed at the first checkpoint
     assert embed_params(12) == (12, 1) and embed_params(90) == (15, 6)
+
+
+def test_a_stream_shorter_than_the_burn_in_still_gets_embedded():
+    # 50 records, fewer than the first checkpoint (64): nothing until the stream ends, then
+    # the replay's flush fixes the period on those 50 values and emits their vectors.
+    from shiftwatch.deploy.local import Pipeline
+
+    class Collect:
+        wants_inputs = False
+
+        def __init__(self):
+            self.records = []
+
+        def open(self): pass
+        def write(self, rs): self.records.extend(rs)
+        def flush(self): pass
+        def close(self): pass
+        def summary(self): return {}
+
+    y = np.sin(2 * np.pi * np.arange(50) / 6)
+    recs = [{"key": "a", "value": float(v)} for v in y]
+    op = DelayEmbed()
+    assert op.process_batch(recs) == [] and op.time_scale is None
+    out = op.flush()
+    assert op.time_scale["period"] == 6 and len(out) == 50 - op.time_scale["lag"]
+    sink = Collect()
+    summary = Pipeline(recs, [create("embed"), create("window_covariance", window=5)],
+                       [sink], progress=False).run()
+    assert summary.outputs == len(sink.records) == 50 - 5 - 4  # lag 5, then a window of 5
+    assert [r["offset"] for r in sink.records] == list(range(9, 50))
+    assert DelayEmbed(d=3).flush() == []  # nothing held back
