@@ -30,6 +30,7 @@ from shiftwatch.operators.codec import jsonable, key_text
 from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed
 from shiftwatch.sinks.base import Sink
 from shiftwatch.sinks.key_label import key_label
+from shiftwatch.sinks.labels import plan_labels
 from shiftwatch.sinks.learner_scores import learner_metrics
 from shiftwatch.sinks.plots import plot_accuracy, plot_series, plot_statistic
 from shiftwatch.sinks.scoring import (
@@ -198,7 +199,7 @@ class EvaluationSink(Sink):
     Examples
     --------
     >>> import tempfile
-    >>> sink = EvaluationSink(tempfile.mkdtemp(), annotations={"a": [50]}, plots=False)
+    >>> sink = EvaluationSink(tempfile.mkdtemp(), annotations=[50], plots=False)
     >>> sink.open()
     >>> sink.write_inputs([{"key": "s", "offset": i, "value": float(i >= 50)}
     ...                    for i in range(100)])
@@ -362,18 +363,10 @@ class EvaluationSink(Sink):
         return trace
 
     def _annotations_for(self, key: Any) -> Mapping | Sequence | None:
-        ann = self.annotations
-        if ann is None or (isinstance(ann, (Mapping, Sequence)) and len(ann) == 0):
-            return None
-        if self._mode == "shared by all keys" and isinstance(ann, Mapping) and all(
-                isinstance(v, Mapping) for v in ann.values()):
-            return next(iter(ann.values()))  # one {name: {annotator: [...]}}, not a key
-        if self._mode == "per key":
-            found = ann[key] if key in ann else ann.get(key_text(key))
-            if found is not None and not isinstance(found, Mapping):
-                return {"labels": list(found)}  # {key: [positions]}
-            return found
-        return ann
+        found = self._plan.for_key(key_text(key))
+        if found is not None and not isinstance(found, Mapping):
+            return {"labels": list(found)}
+        return found
 
     def _build_report(self) -> dict:
         keys: dict[str, dict] = {}
@@ -381,7 +374,8 @@ class EvaluationSink(Sink):
         pooled_learner: list[tuple[dict, list]] = []  # (output, triples source) per key
         det_reports: list[dict] = []
         total_records = 0
-        self._mode = self._annotation_mode()
+        self._plan = plan_labels(self.annotations, {key_text(k) for k in self._traces})
+        self._mode = self._plan.mode
         for key, trace in self._traces.items():
             positions, n = trace.positions()
             total_records += n
@@ -436,22 +430,6 @@ class EvaluationSink(Sink):
             "aggregate": aggregate,
             "keys": keys,
         }
-
-    def _annotation_mode(self) -> str | None:
-        ann = self.annotations
-        if ann is None or len(ann) == 0:
-            return None
-        keys = {key_text(k) for k in self._traces}
-        if isinstance(ann, Mapping) and all(isinstance(v, Mapping) for v in ann.values()):
-            if len(ann) == 1 and keys and not keys & {key_text(n) for n in ann}:
-                return "shared by all keys"  # e.g. a TCPD file: {data set: {annotator: [...]}}
-            return "per key"
-        if isinstance(ann, Mapping) and self._traces:
-            # {name: [positions]}: per key when every name is a key of the stream, else the
-            # names are annotators whose points apply to every key.
-            if all(key_text(name) in keys for name in ann):
-                return "per key"
-        return "shared by all keys"
 
     # ---- plots --------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from shiftwatch.deploy import cli
@@ -167,3 +168,45 @@ def test_help_texts_for_every_replay_option():
     for action in replay._actions:
         if action.option_strings and action.dest != "help":
             assert action.help, f"{action.option_strings} has no help text"
+
+
+def _pumps(tmp_path, n=400):
+    rng = np.random.default_rng(4)
+    rows = ["pump,temp"]
+    for i in range(n):
+        for k in ("pump-a", "pump-b", "pump-c"):
+            rows.append(f"{k},{rng.normal(3.0 if k == 'pump-b' and i >= 300 else 0.0, 1):.4f}")
+    src = tmp_path / "pumps.csv"
+    src.write_text("\n".join(rows) + "\n")
+    return src
+
+
+def _replay_pumps(capsys, tmp_path, *extra):
+    return _run(capsys, "replay", str(_pumps(tmp_path)), "--source-opt", "key=pump",
+                "--source-opt", "value=temp", "--operator", "river:PageHinkley",
+                "--out", str(tmp_path / "out"), "--no-plots", "--no-progress", "--quiet",
+                *extra)
+
+
+def test_a_label_name_that_is_not_a_key_is_an_error_naming_it_and_known_keys(tmp_path,
+                                                                           capsys):
+    # Issue 24, 2a: {"pumpb": [...]} was taken as an annotator whose labels every key got.
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"pumpb": [300]}))
+    rc, _, err = _replay_pumps(capsys, tmp_path, "--labels", str(labels))
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert err.startswith(f"shiftwatch: error: --labels {labels}: 'pumpb' is not a key of "
+                          "the stream (3 keys: pump-a, pump-b, pump-c; did you mean pump-b?)")
+    labels.write_text(json.dumps({"pump-b": [300], "pump-x": [], "pump-y": [1]}))
+    rc, _, err = _replay_pumps(capsys, tmp_path, "--labels", str(labels))
+    assert rc == 2 and "2 names are not keys ('pump-x', 'pump-y')" in err
+
+
+def test_annotators_for_every_key_are_written_under_a_star(tmp_path, capsys):
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"*": {"ann1": [300], "ann2": [302]}, "pump-c": []}))
+    rc, _, _ = _replay_pumps(capsys, tmp_path, "--labels", str(labels))
+    assert rc == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["annotations"] == "per key"

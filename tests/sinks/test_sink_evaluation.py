@@ -47,7 +47,8 @@ def _detector_run(n=120, cp=60, alarms_a=(30, 63), alarms_b=(64,)):
 def test_detector_report_and_plots(tmp_path):
     inputs, outputs = _detector_run()
     sink = EvaluationSink(
-        tmp_path / "ev", annotations={"u1": [60], "u2": [58]}, name="t", operator="cs(alpha=0.01)"
+        tmp_path / "ev", annotations={"*": {"u1": [60], "u2": [58]}}, name="t",
+        operator="cs(alpha=0.01)",
     )
     sink.open()
     for start in range(0, len(outputs), 50):  # micro-batches, outputs before their inputs
@@ -229,7 +230,7 @@ def test_parameters_are_validated(tmp_path):
 def test_located_changes_are_scored_next_to_alarms(tmp_path):
     from shiftwatch.sinks.evaluation import EvaluationSink as Sink
 
-    sink = Sink(tmp_path, annotations={"a": [50, 120]}, plots=True)
+    sink = Sink(tmp_path, annotations={"s": [50, 120]}, plots=True)
     sink.open()
     inputs = [{"key": "s", "offset": i, "value": float(i >= 50)} for i in range(200)]
     # A dead-lettered input at offset 10 has no output: the detector counts 199 records, so
