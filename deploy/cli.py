@@ -455,6 +455,7 @@ def _history(source: Any, spec: str) -> Iterator[Any]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.calibrate import calibrate
+    from shiftwatch.deploy.local import stop_if_all_dead
     from shiftwatch.sinks.atomic_file import WriteFailed
     from shiftwatch.streams import open_source
 
@@ -468,7 +469,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         annotations = load_labels(args.labels, getattr(source, "name", None))
     try:
         with user_input():  # calibrate checks its arguments and the history before resampling
-            cal = calibrate(_history(source, args.source), stages[-1][0], stages[-1][1],
+            history = stop_if_all_dead(_history(source, args.source), args.source)
+            cal = calibrate(history, stages[-1][0], stages[-1][1],
                             budget=args.budget, per=args.budget_per, labels=annotations,
                             margin=args.margin,
                             before=stages[:-1], exposure=args.exposure, grid=args.grid,

@@ -210,3 +210,41 @@ def test_annotators_for_every_key_are_written_under_a_star(tmp_path, capsys):
     assert rc == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["annotations"] == "per key"
+
+
+def _dated(tmp_path, n):
+    rows = ["time,temp"] + [f"2026-01-01 {i // 60:02d}:{i % 60:02d},{20 + i % 7}"
+                            for i in range(n)]
+    src = tmp_path / "dated.csv"
+    src.write_text("\n".join(rows) + "\n")
+    return src
+
+
+@pytest.mark.parametrize("command", ["replay", "calibrate"])
+@pytest.mark.parametrize("n", [4500, 30])
+def test_a_source_whose_first_records_are_all_dead_letters_stops_with_the_reason(
+        tmp_path, capsys, command, n):
+    # Issue 24, 2c: a wrong ts_format dead-lettered all 4,500 records and the replay exited 0.
+    src = _dated(tmp_path, n)
+    rc, _, err = _run(capsys, command, str(src), "--source-opt", "value=temp",
+                      "--source-opt", "ts=time", "--source-opt", "ts_format=%d/%m/%Y",
+                      "--operator", "river:PageHinkley", "--out", str(tmp_path / "out"),
+                      *(["--no-plots", "--no-progress", "--quiet"] if command == "replay"
+                        else []))
+    assert rc == 2
+    assert err.count("\n") == 1
+    first = "the first 100" if n > 100 else f"all {n}"
+    assert err.startswith(f"shiftwatch: error: {first} records of {src} are dead letters: "
+                          "ts '2026-01-01 00:00' does not match format '%d/%m/%Y' (line 2)")
+
+
+def test_a_few_dead_letters_at_the_start_do_not_stop_a_replay(tmp_path, capsys):
+    src = _dated(tmp_path, 300)
+    text = src.read_text().splitlines()
+    text[1:4] = ["2026-01-01 00:00,abc"] * 3  # 3 bad values, then good records
+    src.write_text("\n".join(text) + "\n")
+    rc, out, _ = _run(capsys, "replay", str(src), "--source-opt", "value=temp",
+                      "--source-opt", "ts=time", "--source-opt", "ts_format=%Y-%m-%d %H:%M",
+                      "--operator", "river:PageHinkley", "--out", str(tmp_path / "out"),
+                      "--no-plots", "--no-progress", "--quiet")
+    assert rc == 0 and "3 dead letters" in out
