@@ -100,7 +100,8 @@ class Pipeline:
         record key gets its own state.
     sinks
         Receive the last operator's outputs in micro-batches (and the input records, if a
-        sink sets ``wants_inputs``).
+        sink sets ``wants_inputs``; the dead-letter records too, if it sets
+        ``wants_dead_letters``).
     dead_letters
         Receives every dead letter, from the source (malformed input) and from any operator
         (records it rejected), as a record of the one dead-letter schema
@@ -302,8 +303,13 @@ class Pipeline:
                 self.metrics.sync(ex.summary)
 
     def _write_dead(self, records: list[dict]) -> None:
-        if self.dead_letters is not None and records:
+        if not records:
+            return
+        if self.dead_letters is not None:
             self.dead_letters.write(records)
+        for sink in self.sinks:  # e.g. the evaluating sink, to list them in its report
+            if getattr(sink, "wants_dead_letters", False):
+                sink.write_dead_letters(records)
 
     def _progress_bar(self):
         if not self.progress or not sys.stderr.isatty():
