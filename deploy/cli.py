@@ -199,7 +199,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         evaluation = EvaluationSink(out, annotations=annotations,
                                     name=getattr(source, "name", args.source), operator=op_label,
                                     plots=not args.no_plots, parameters=parameters,
-                                    channels=getattr(source, "columns", None))
+                                    channels=getattr(source, "columns", None), operators=ops)
     outputs = JsonlSink(out / "outputs.jsonl")
     sinks = [outputs, evaluation]
     if not args.quiet:
@@ -235,8 +235,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
     _print_scores(getattr(evaluation, "report", None) or {})
     done = set(evaluation.written) | ({str(outputs.path)} if outputs.written else set())
-    written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "report.html")
-               if str(p) in done]
+    written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "keys.jsonl",
+                                out / "report.html") if str(p) in done]
     if any(p.endswith(".png") for p in done):
         written.append(f"{out}/*.png")
     if written:
@@ -263,15 +263,33 @@ def _print_failed(failed: dict[str, str], stopped: Exception | None = None) -> b
 
 
 def _print_scores(report: dict) -> None:
-    if report.get("annotations") is None and "accuracy" not in (report.get("summary") or {}):
-        return  # no truth to score against: alarm counts are in the summary line
+    from shiftwatch.sinks.key_label import key_label
+
     agg = report.get("summary") or {}
+    beyond = report.get("labels_beyond_end")
+    if beyond:  # most likely labels counted in file lines, not in each key's positions
+        first = beyond["first"][0]
+        more = beyond["count"] - len(first["labels"][:3])
+        print(f"shiftwatch: warning: {beyond['count']} label{'' if beyond['count'] == 1 else 's'}"
+              f" past the end of {'its' if beyond['count'] == 1 else 'their'} key's stream "
+              f"count as missed: key {key_label(first['key'])} label "
+              f"{', '.join(map(str, first['labels'][:3]))} ({first['n_records']} records)"
+              f"{f' and {more} more' if more > 0 else ''}; labels are positions in each key's "
+              "own stream (report.json: labels_beyond_end)", file=sys.stderr)
+    if "alarms" in agg and not agg.get("labelled_keys"):
+        print(f"scores: none (no labels): {agg['alarms']} alarms on {agg['keys_with_alarms']} "
+              f"of {agg['keys']} keys, not scored as true or false (give --labels to count "
+              "detections, false alarms and missed changes)")
+    if report.get("annotations") is None and "accuracy" not in agg:
+        return  # no truth to score against
     keys = [k for k in ("f1", "f1_1pct", "precision", "recall", "covering", "mean_delay",
                         "false_alarms", "missed", "located_f1", "located_f1_1pct",
                         "located_covering", "location_error", "accuracy")
             if agg.get(k) is not None]
     if keys:
-        print("scores: " + ", ".join(
+        over = agg.get("labelled_keys")
+        print("scores" + (f" (over the {over} labelled of {agg['keys']} keys)"
+                          if over is not None and over < agg["keys"] else "") + ": " + ", ".join(
             f"{k} {agg[k]:.3f}" if isinstance(agg[k], float) else f"{k} {agg[k]}" for k in keys))
 
 
