@@ -273,7 +273,8 @@ def _print_scores(report: dict) -> None:
         print(f"shiftwatch: warning: {beyond['count']} label{'' if beyond['count'] == 1 else 's'}"
               f" past the end of {'its' if beyond['count'] == 1 else 'their'} key's stream "
               f"count as missed: key {key_label(first['key'])} label "
-              f"{', '.join(map(str, first['labels'][:3]))} ({first['n_records']} records)"
+              f"{', '.join(map(str, first['labels'][:3]))} ({first['n_records']} record"
+              f"{'' if first['n_records'] == 1 else 's'})"
               f"{f' and {more} more' if more > 0 else ''}; labels are positions in each key's "
               "own stream (report.json: labels_beyond_end)", file=sys.stderr)
     if "alarms" in agg and not agg.get("labelled_keys"):

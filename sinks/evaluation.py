@@ -280,6 +280,8 @@ class _Fleet:
     def ts_at(self, k: int, positions: Any) -> np.ndarray:
         """The input ``ts`` at ``positions`` of key ``k`` (NaN where there is none)."""
         pos = np.asarray(positions, dtype=np.int64)
+        if not pos.size:
+            return np.zeros(0)
         out = np.full(pos.shape, np.nan)
         ok = (pos >= 0) & (pos < self.n_in[k])
         if ok.any() and len(self.in_ts):
@@ -694,6 +696,7 @@ class EvaluationSink(Sink):
         alarm_ts = self._alarm_ts(fleet) if has_ts else None
         self._first_alarm_ts = alarm_ts
         total_records = int(fleet.n.sum()) if len(keys) else 0
+        unlabelled = np.zeros(len(keys), dtype=bool)  # detector keys without labels
         path = self._path("keys.jsonl")
 
         def lines() -> Iterator[bytes]:
@@ -717,9 +720,9 @@ class EvaluationSink(Sink):
                         entry["unmatched_locations"] = unmatched_loc[k]
                     ann = plan.for_key(texts[k])
                     if ann is not None:
-                        det = self._score(memo, ann, al, loc, n_list[k], unmatched_loc[k])
+                        det = self._score(memo, pool, ann, al, loc, n_list[k],
+                                          unmatched_loc[k])
                         entry["detector"] = det
-                        pool.add(det)
                         self._scores[k] = det
                         if det["beyond_end"]:
                             n_beyond += len(det["beyond_end"])
@@ -727,9 +730,7 @@ class EvaluationSink(Sink):
                                 beyond.append({"key": key, "labels": det["beyond_end"],
                                                "n_records": n_list[k]})
                     else:
-                        pool.add({"n_alarms": len(al), "annotated": False,
-                                  "location": None if loc is None else {
-                                      "n_located": len(loc)}})
+                        unlabelled[k] = True
                 outs = self._learner.get(k)
                 if outs:
                     entry["learner"] = learner_metrics([outs])
@@ -744,6 +745,12 @@ class EvaluationSink(Sink):
         if not ok:  # the disk is full: score the keys all the same for report.json
             for _ in lines():
                 pass
+        for det, weight in memo.values():  # keys alike, pooled at once
+            pool.add(det, weight)
+        pool.add_unlabelled(int(unlabelled.sum()), int(fleet.a_count[unlabelled].sum()),
+                            int((fleet.a_count[unlabelled] > 0).sum()),
+                            int(fleet.locates[unlabelled].sum()),
+                            int(fleet.l_count[unlabelled & fleet.locates].sum()))
         self._learner_scores = entries
         aggregate: dict[str, Any] = {"n_keys": len(keys), "n_records": total_records}
         if fleet.has_detector.any():
@@ -778,15 +785,17 @@ class EvaluationSink(Sink):
         self._plot_data = self._panels(fleet, order)
         return report
 
-    def _score(self, memo: dict, ann: Any, alarms: list, located: list | None, n: int,
-               lost: int) -> dict:
-        """``evaluate_detector`` (and the located changes) of one key; keys alike (the same
-        labels object, alarms, located changes and length) are scored once."""
+    def _score(self, memo: dict, pool: DetectorPool, ann: Any, alarms: list,
+               located: list | None, n: int, lost: int) -> dict:
+        """``evaluate_detector`` (and the located changes) of one key, pooled; keys alike
+        (the same labels object, alarms, located changes and length: a fleet's quiet keys)
+        are scored once and pooled at the end with their count."""
         memo_key = (id(ann), n, tuple(alarms), None if located is None else tuple(located),
                     lost)
         found = memo.get(memo_key)
         if found is not None:
-            return found
+            found[1] += 1
+            return found[0]
         annotations = ann if isinstance(ann, Mapping) else {"labels": list(ann)}
         det = evaluate_detector(alarms, annotations, n, margin=self.margin)
         det["annotated"] = True
@@ -796,7 +805,9 @@ class EvaluationSink(Sink):
                 det["location"]["unmatched_locations"] = lost
         det = jsonable(det)
         if len(memo) < 100_000:
-            memo[memo_key] = det
+            memo[memo_key] = [det, 1]
+        else:
+            pool.add(det)
         return det
 
     def _alarm_ts(self, fleet: _Fleet) -> list[float]:
@@ -874,7 +885,7 @@ class EvaluationSink(Sink):
     def _time_of(self, fleet: _Fleet, k: int) -> np.ndarray | None:
         from shiftwatch.sinks.time_axis import time_axis_ts
 
-        if not len(fleet.in_ts):
+        if not len(fleet.in_ts) or fleet.n_in[k] < 2:  # one record spans no time
             return None
         ts = fleet.in_ts[fleet.input_rows(k)]
         if not len(ts) or not np.isfinite(ts).all():

@@ -233,44 +233,57 @@ class DetectorPool:
         self.n_errors = 0
         self.beyond_end = 0
 
-    def add(self, report: Mapping, n_alarms: int | None = None) -> None:
-        self.n_series += 1
-        k = report["n_alarms"] if n_alarms is None else n_alarms
-        self.alarms += k
-        self.keys_with_alarms += k > 0
+    def add(self, report: Mapping, weight: int = 1) -> None:
+        """Pool one key's report (``weight`` keys with this very report)."""
+        w = weight
+        self.n_series += w
+        k = report["n_alarms"]
+        self.alarms += w * k
+        self.keys_with_alarms += w * (k > 0)
         loc = report.get("location")
         if loc is not None:
-            self.n_locating += 1
-            self.n_located += loc["n_located"]
+            self.n_locating += w
+            self.n_located += w * loc["n_located"]
             errors = loc.get("errors") or []
-            self.error_sum += sum(errors)
-            self.n_errors += len(errors)
+            self.error_sum += w * sum(errors)
+            self.n_errors += w * len(errors)
         if not report.get("annotated"):
             return
-        self.n_annotated += 1
+        self.n_annotated += w
         for m in self._MEANS:
             v = report.get(m)
             if v is not None:
-                self._sums[m] += v
-                self._counts[m] += 1
+                self._sums[m] += w * v
+                self._counts[m] += w
             if loc is not None and loc.get(m) is not None:
-                self._loc_sums[m] += loc[m]
-                self._loc_counts[m] += 1
+                self._loc_sums[m] += w * loc[m]
+                self._loc_counts[m] += w
         det = report.get("detection")
         if det is None:
             return
-        self.n_changes += len(det["change_points"]) + len(det.get("beyond_end") or ())
-        self.n_detected += det["n_detected"]
-        self.n_missed += det["n_missed"]
-        self.n_false_alarms += det["n_false_alarms"]
-        self.no_change += det["no_change_samples"]
-        self.beyond_end += len(det.get("beyond_end") or ())
-        for d in det["delays"]:
-            if d is not None:
-                self.n_delays += 1
-                self.delay_sum += d
-                if len(self.delays) < self.max_delays:
-                    self.delays.append(d)
+        beyond = len(det.get("beyond_end") or ())
+        self.n_changes += w * (len(det["change_points"]) + beyond)
+        self.n_detected += w * det["n_detected"]
+        self.n_missed += w * det["n_missed"]
+        self.n_false_alarms += w * det["n_false_alarms"]
+        self.no_change += w * det["no_change_samples"]
+        self.beyond_end += w * beyond
+        found = [d for d in det["delays"] if d is not None]
+        self.n_delays += w * len(found)
+        self.delay_sum += w * sum(found)
+        for _ in range(w if found else 0):
+            if len(self.delays) >= self.max_delays:
+                break
+            self.delays.extend(found[:self.max_delays - len(self.delays)])
+
+    def add_unlabelled(self, n_series: int, alarms: int, keys_with_alarms: int,
+                       n_locating: int = 0, n_located: int = 0) -> None:
+        """Pool ``n_series`` keys without labels at once: they count their alarms only."""
+        self.n_series += n_series
+        self.alarms += alarms
+        self.keys_with_alarms += keys_with_alarms
+        self.n_locating += n_locating
+        self.n_located += n_located
 
     def _mean(self, m: str, located: bool = False) -> float | None:
         sums, counts = (self._loc_sums, self._loc_counts) if located else (self._sums,
