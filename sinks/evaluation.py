@@ -883,15 +883,11 @@ class EvaluationSink(Sink):
         return pos, fields
 
     def _time_of(self, fleet: _Fleet, k: int) -> np.ndarray | None:
-        from shiftwatch.sinks.time_axis import time_axis_ts
+        from shiftwatch.sinks.time_axis import time_axis_array
 
         if not len(fleet.in_ts) or fleet.n_in[k] < 2:  # one record spans no time
             return None
-        ts = fleet.in_ts[fleet.input_rows(k)]
-        if not len(ts) or not np.isfinite(ts).all():
-            return None
-        axis = time_axis_ts(ts.tolist())
-        return None if axis is None else np.asarray(axis)
+        return time_axis_array(fleet.in_ts[fleet.input_rows(k)])
 
     def _view(self, fleet: _Fleet, k: int) -> dict:
         key = self._keys[k]

@@ -59,20 +59,24 @@ def encode_values(y: np.ndarray) -> dict:
     >>> e["lo"], e["hi"], e["q"]
     (0.0, 1.0, 'AAf__-__')
     """
-    y = np.asarray(y, dtype=np.float64)
+    return _encode_rows(np.asarray(y, dtype=np.float64)[None, :])[0]
+
+
+def _encode_rows(y: np.ndarray) -> list[dict]:
+    """:func:`encode_values` of each row of ``y`` (channels x values), at once."""
     ok = np.isfinite(y)
-    lo = float(y[ok].min()) if ok.any() else 0.0
-    hi = float(y[ok].max()) if ok.any() else 0.0
-    span = hi - lo
-    code = np.full(y.shape, _LEVELS + 1, dtype=np.int64)
-    if span > 0:
-        code[ok] = np.rint((y[ok] - lo) / span * _LEVELS).astype(np.int64)
-    else:
-        code[ok] = 0
-    chars = np.empty(2 * len(y), dtype=np.uint8)
-    chars[0::2] = _CODES[code >> 6]
-    chars[1::2] = _CODES[code & 63]
-    return {"lo": _round(lo), "hi": _round(hi), "q": chars.tobytes().decode("ascii")}
+    has = ok.any(axis=1)
+    lo = np.where(has, np.min(np.where(ok, y, np.inf), axis=1), 0.0)
+    hi = np.where(has, np.max(np.where(ok, y, -np.inf), axis=1), 0.0)
+    span = (hi - lo)[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scaled = np.where(span > 0, (y - lo[:, None]) / np.where(span > 0, span, 1.0), 0.0)
+    code = np.where(ok, np.rint(scaled * _LEVELS), _LEVELS + 1).astype(np.int64)
+    chars = np.empty((y.shape[0], 2 * y.shape[1]), dtype=np.uint8)
+    chars[:, 0::2] = _CODES[code >> 6]
+    chars[:, 1::2] = _CODES[code & 63]
+    return [{"lo": _round(a), "hi": _round(b), "q": row.tobytes().decode("ascii")}
+            for a, b, row in zip(lo.tolist(), hi.tolist(), chars, strict=True)]
 
 
 def _round(v: float) -> float:
@@ -85,30 +89,28 @@ def _reduce(columns: list[np.ndarray], budget: int) -> dict:
     order they occur (the page draws bucket ``b``'s two at ``b w + w/4`` and ``b w + 3w/4``).
     """
     n = len(columns[0]) if columns else 0
-    per = max(budget // max(len(columns), 1), 4)
+    if not n:
+        return {"n": 0, "w": 1, "y": [{"lo": 0.0, "hi": 0.0, "q": ""} for _ in columns]}
+    values = np.vstack(columns)
+    per = max(budget // len(columns), 4)
     if n <= per:
-        return {"n": n, "w": 1, "y": [encode_values(c) for c in columns]}
+        return {"n": n, "w": 1, "y": _encode_rows(values)}
     buckets = per // 2
     w = -(-n // buckets)
     buckets = -(-n // w)
-    out = []
-    for c in columns:
-        pad = np.full(buckets * w, np.nan)
-        pad[:n] = c
-        m = pad.reshape(buckets, w)
-        finite = np.isfinite(m)
-        any_ = finite.any(axis=1)
-        i_min = np.argmin(np.where(finite, m, np.inf), axis=1)
-        i_max = np.argmax(np.where(finite, m, -np.inf), axis=1)
-        rows = np.arange(buckets)
-        v_min, v_max = m[rows, i_min], m[rows, i_max]
-        first_min = i_min <= i_max
-        pair = np.empty(2 * buckets)
-        pair[0::2] = np.where(first_min, v_min, v_max)
-        pair[1::2] = np.where(first_min, v_max, v_min)
-        pair[np.repeat(~any_, 2)] = np.nan
-        out.append(encode_values(pair))
-    return {"n": n, "w": int(w), "y": out}
+    pad = np.full((len(columns), buckets * w), np.nan)
+    pad[:, :n] = values
+    m = pad.reshape(len(columns), buckets, w)
+    finite = np.isfinite(m)
+    i_min = np.argmin(np.where(finite, m, np.inf), axis=2)[..., None]
+    i_max = np.argmax(np.where(finite, m, -np.inf), axis=2)[..., None]
+    v_min = np.take_along_axis(m, i_min, axis=2)[..., 0]
+    v_max = np.take_along_axis(m, i_max, axis=2)[..., 0]
+    first_min = (i_min <= i_max)[..., 0]
+    pair = np.empty((len(columns), 2 * buckets))
+    pair[:, 0::2] = np.where(first_min, v_min, v_max)
+    pair[:, 1::2] = np.where(first_min, v_max, v_min)
+    return {"n": n, "w": int(w), "y": _encode_rows(pair)}
 
 
 def _time_knots(ts: np.ndarray, knots: int) -> dict:
@@ -292,7 +294,8 @@ function esc(s) {
 }
 function fmt(v) {
   if (v === null || v === undefined) return "-";
-  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toPrecision(4);
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(
+    v.toPrecision(4)));
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 function table(rows, head, rowHeads) {
