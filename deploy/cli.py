@@ -545,7 +545,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="source option, e.g. value=temp, key=sensor, ts=time, n=2000")
     r.add_argument("--labels", help="true change points as positions in each key's stream "
                    "(0-based): '120,480' for every key, or a JSON file: [120, 480], "
-                   "{\"s1\": [120], \"s2\": []} per key, or {key: {annotator: [...]}}")
+                   "{\"s1\": [120], \"s2\": []} per key (names must be keys; \"*\": every "
+                   "other key), or {key: {annotator: [...]}}")
     r.add_argument("--out", required=True, help="output directory")
     r.add_argument("--speed", type=float, default=None,
                    help="replay at real time x SPEED from ts (default: as fast as possible)")
@@ -609,7 +610,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fixed parameter of the preceding --operator (repeatable)")
     c.add_argument("--source-opt", action="append", metavar="K=V",
                    help="source option, e.g. value=temp, key=sensor, ts=time")
-    c.add_argument("--labels", help="known change points to cut out: '120,480' or a JSON file")
+    c.add_argument("--labels", help="known change points to cut out, as positions in each "
+                   "key's stream (0-based, as for replay): '120,480' for every key, or a JSON "
+                   "file ({\"s1\": [120], \"s2\": []} per key)")
     c.add_argument("--budget", default="1/10000",
                    help="false alarms allowed per unit, e.g. 1/10000 (default) or 0.5")
     c.add_argument("--budget-per", default="record", choices=["record", "hour", "day", "week"],
