@@ -99,9 +99,8 @@ def located(records: list[dict], chain, annotations, workdir: Path) -> list[int]
     sink = EvaluationSink(workdir, annotations=annotations, plots=False)
     Pipeline(records, ops, [sink], progress=False).run()
     out: list[int] = []
-    for per_key in (sink.report.get("keys") or {}).values():
-        block = (per_key.get("detector") or {}).get("location") or {}
-        out += [int(p) for p in block.get("located", [])]
+    for per_key in sink.key_reports().values():  # keys.jsonl read back
+        out += [int(p) for p in per_key.get("located", [])]
     return sorted(out)
 
 

@@ -4,9 +4,11 @@
 ``threshold`` / ``alpha`` gives me at most one false alarm in 10,000 records (or one a day) on
 *my* stream?". The method:
 
-1. **Quiet history.** Records are grouped by ``key``; labelled change points (offsets, as in
-   ``shiftwatch replay --labels``) are cut out with ``margin`` records on each side. What is
-   left is a list of quiet segments, each taken as one stationary regime.
+1. **Quiet history.** Records are grouped by ``key``; labelled change points (positions in
+   each key's own stream, as ``shiftwatch replay --labels`` reads them: one list for every
+   key or a list per key, :mod:`shiftwatch.sinks.labels`) are cut out with ``margin``
+   records on each side. What is left is a list of quiet segments, each taken as one
+   stationary regime.
 2. **Resampling that keeps dependence.** Replicates are drawn by the stationary bootstrap
    (Politis & Romano 1994) inside one segment at a time (never across a labelled change,
    which would inject the very jumps the detector looks for): blocks start at uniform
@@ -203,21 +205,39 @@ class _KeyHistory:
         return sum(len(s) for s in self.segments)
 
 
-def _histories(records: Iterable[Any], labels: Sequence[int], margin: int,
+def _histories(records: Iterable[Any], labels: Sequence[int] | Mapping | None, margin: int,
                min_segment: int) -> tuple[list[_KeyHistory], dict]:
+    """Each key's quiet segments: its records with the labelled changes cut out.
+
+    A label is a position in the key's own stream (the ``n``-th record of that key, as
+    ``shiftwatch replay --labels`` counts it: dead letters of the source take no position,
+    records whose value the history cannot use do); ``labels`` is one list for every key or a
+    mapping resolved by :func:`shiftwatch.sinks.labels.plan_labels` (raises
+    :class:`~shiftwatch.sinks.labels.LabelsError` for a name that is not a key).
+    """
     from collections import Counter
 
-    from shiftwatch.deploy.executor import reason_kind
     from shiftwatch.operators import DeadLetter
+    from shiftwatch.operators.codec import key_text
+    from shiftwatch.operators.records import reason_kind
+    from shiftwatch.sinks.labels import plan_labels, positions_of
 
     by_key: dict[Any, dict[str, list]] = {}
+    seen: dict[Any, int] = {}  # records of each key so far: the next one's position
     n_records = 0
     unusable: Counter[str] = Counter()  # why records were skipped, by kind
-    for offset, rec in enumerate(records):
+    for rec in records:
         if isinstance(rec, DeadLetter):
             unusable[reason_kind(rec.reason)] += 1
             continue
-        if not isinstance(rec, Mapping) or "value" not in rec:
+        if not isinstance(rec, Mapping):
+            unusable["record is not a mapping"] += 1
+            continue
+        key = rec.get("key")
+        key = tuple(key) if isinstance(key, list) else key
+        position = seen.get(key, 0)
+        seen[key] = position + 1
+        if "value" not in rec:
             unusable["record has no value"] += 1
             continue
         try:
@@ -228,15 +248,19 @@ def _histories(records: Iterable[Any], labels: Sequence[int], margin: int,
         if not np.all(np.isfinite(value)):
             unusable["value is not finite"] += 1
             continue
-        key = rec.get("key")
-        key = tuple(key) if isinstance(key, list) else key
-        d = by_key.setdefault(key, {"off": [], "val": [], "ts": []})
-        d["off"].append(int(rec.get("offset", offset)))
+        d = by_key.setdefault(key, {"pos": [], "val": [], "ts": []})
+        d["pos"].append(position)
         d["val"].append(value)
         ts = rec.get("ts")
         d["ts"].append(float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool)
                        else math.nan)
         n_records += 1
+    if isinstance(labels, Mapping):
+        plan = plan_labels(labels, {key_text(k) for k in seen})
+        key_labels = {k: positions_of(plan.for_key(key_text(k))) for k in by_key}
+    else:
+        shared = sorted({int(c) for c in labels or ()})
+        key_labels = {k: shared for k in by_key}
     cut_total = 0
     out = []
     for key, d in by_key.items():
@@ -244,19 +268,20 @@ def _histories(records: Iterable[Any], labels: Sequence[int], margin: int,
         if len(shapes) != 1:
             raise ValueError(f"key {key_label(key)}: values have several shapes "
                              f"{sorted(shapes)}")
-        off = np.asarray(d["off"])
+        pos = np.asarray(d["pos"], dtype=np.int64)
         vals = np.stack(d["val"])
         ts = np.asarray(d["ts"])
-        keep = np.ones(len(off), dtype=bool)
-        for c in labels:
-            keep &= ~((off >= c - margin) & (off < c + margin))
+        cps = np.asarray(key_labels[key], dtype=np.int64)
+        keep = np.ones(len(pos), dtype=bool)
+        for c in cps:
+            keep &= ~((pos >= c - margin) & (pos < c + margin))
         cut_total += int((~keep).sum())
         # Quiet segments: maximal runs of kept records not separated by a label.
-        bounds = np.searchsorted(np.sort(np.asarray(labels, dtype=np.int64)), off)
+        bounds = np.searchsorted(cps, pos, side="right")
         segs, dts = [], []
         start = None
-        for i in range(len(off) + 1):
-            same = (i < len(off) and keep[i] and start is not None
+        for i in range(len(pos) + 1):
+            same = (i < len(pos) and keep[i] and start is not None
                     and bounds[i] == bounds[start])
             if start is not None and not same:
                 if i - start >= min_segment:
@@ -266,7 +291,7 @@ def _histories(records: Iterable[Any], labels: Sequence[int], margin: int,
                     if dd.size:
                         dts.append((float(dd.sum()), dd.size))
                 start = None
-            if i < len(off) and keep[i] and start is None:
+            if i < len(pos) and keep[i] and start is None:
                 start = i
         if not segs:
             continue
@@ -275,6 +300,8 @@ def _histories(records: Iterable[Any], labels: Sequence[int], margin: int,
     info = {"records": n_records, "unusable": sum(unusable.values()),
             "unusable_reasons": dict(unusable.most_common()), "cut": cut_total,
             "keys": len(by_key)}
+    if isinstance(labels, Mapping):
+        info["labels_per_key"] = {key_text(k): v for k, v in key_labels.items() if v}
     return out, info
 
 
@@ -486,7 +513,7 @@ def _plain(v: Any) -> Any:
 
 def calibrate(records: Iterable[Any], operator: str, params: Mapping | None = None, *,
               budget: float | str = "1/10000", per: str = "record",
-              labels: Iterable[int] = (), margin: int = 50,
+              labels: Iterable[int] | Mapping = (), margin: int = 50,
               before: Sequence[tuple[str, Mapping]] = (), exposure: float = 20.0,
               length: int = 10_000, max_records: int = 2_000_000, grid: int = 9,
               refine: int = 12, tol: float = 0.02, shifts: Sequence[float] = (0.5, 1.0, 2.0),
@@ -505,7 +532,11 @@ def calibrate(records: Iterable[Any], operator: str, params: Mapping | None = No
         False alarms allowed per unit: ``"1/10000"`` with ``per="record"``, or per ``"hour"``,
         ``"day"``, ``"week"`` of event time (needs numeric ``ts``, seconds).
     labels, margin
-        Offsets of known changes; ``margin`` records on each side of each are cut out.
+        Known changes, as positions in each key's own stream (the ``n``-th record of the
+        key): one list for every key, or a mapping per key (``{key: [positions]}``,
+        ``{key: {annotator: [positions]}}``, ``"*"`` for every other key; the rule of
+        :func:`shiftwatch.sinks.labels.plan_labels`, which rejects names that are not keys).
+        ``margin`` records on each side of each are cut out.
     before
         Stages (name, params) run in front of the detector, unchanged (e.g. ``standardize``).
     exposure, length, max_records
@@ -551,7 +582,11 @@ def calibrate(records: Iterable[Any], operator: str, params: Mapping | None = No
             raise ValueError(f"{name} must be an integer >= 2, got {v!r}")
     if not (isinstance(exposure, (int, float)) and exposure > 0):
         raise ValueError(f"exposure must be > 0, got {exposure!r}")
-    labels = sorted(int(c) for c in labels)
+    if isinstance(labels, Mapping) and set(labels) == {"*"} and not isinstance(
+            labels["*"], Mapping):
+        labels = labels["*"]  # one list for every key
+    if not isinstance(labels, Mapping):
+        labels = sorted(int(c) for c in labels)
     from shiftwatch.operators import create
 
     create(operator, **params, **{sens.param: sens.grid(2)[0]})  # bad params fail now
@@ -641,7 +676,8 @@ def calibrate(records: Iterable[Any], operator: str, params: Mapping | None = No
                  "blocks": {str(h.key): h.block for h in hists},
                  "replicates": len(reps), "exposure_records": sum(len(r.index) for r in reps),
                  "records_per_unit": rec_per_unit, "scale": scale.ravel().tolist(),
-                 "labels": labels, "margin": margin, "seed": seed,
+                 "labels": labels if not isinstance(labels, Mapping) else _plain(labels),
+                 "margin": margin, "seed": seed,
                  "sensitivity": sens.to_dict(), "seconds": round(time.perf_counter() - t0, 2),
                  "interval": "Garwood 90%, choice on its upper end (one-sided 95%)"})
     return Calibration(operator=operator, params=params, param=sens.param,

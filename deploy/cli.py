@@ -72,21 +72,29 @@ def load_labels(spec: str, source_name: str | None = None) -> dict:
     key) or a JSON file holding one of:
 
     * ``[120, 480]``: the same change points for every key;
-    * ``{"s1": [120, 480], "s2": []}``: per key (when every name is a key of the stream; ``[]``
-      means the key never changed, a key left out is not scored); otherwise the names are
-      annotators whose points all apply to every key;
-    * ``{"s1": {"ann1": [120], "ann2": [118]}}``: per key, several annotators;
+    * ``{"s1": [120, 480], "s2": []}``: per key (``[]`` means the key never changed, a key
+      left out is not scored, ``"*"`` gives the labels of every key not named);
+    * ``{"s1": {"ann1": [120], "ann2": [118]}}``: per key, several annotators
+      (``{"*": {"ann1": [...], "ann2": [...]}}``: annotators for every key);
+    * ``{"ann1": [...], "ann2": [...]}``: annotators, for an unkeyed stream (no ``key``);
     * a TCPD annotations file (dataset -> annotator -> positions): the dataset named like
-      the source, or the only one.
+      the source, or the only one of an unkeyed stream.
+
+    Which names are keys is decided against the stream's keys
+    (:func:`shiftwatch.sinks.labels.plan_labels`): a name that is not a key of a keyed
+    stream is an error, never an annotator for every key. The every-key forms come back as
+    ``{"*": ...}``.
 
     >>> load_labels("120, 480")
-    {'labels': [120, 480]}
+    {'*': [120, 480]}
     """
+    from shiftwatch.sinks.labels import EVERY_KEY
+
     path = Path(spec)
     if not path.exists():
         parts = [p.strip() for p in spec.split(",") if p.strip()]
         try:
-            return {"labels": sorted(int(p) for p in parts)}
+            return {EVERY_KEY: sorted(int(p) for p in parts)}
         except ValueError:
             raise UserError(f"--labels {spec!r}: no such file, and not a list of indices") from None
     try:
@@ -95,21 +103,26 @@ def load_labels(spec: str, source_name: str | None = None) -> dict:
         raise UserError(f"--labels {spec}: cannot read JSON ({exc})") from None
     try:
         if isinstance(data, list):
-            return {"labels": sorted(_position(i) for i in data)}
-        if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
-            if source_name in data:  # TCPD: dataset -> annotator -> positions
-                data = data[source_name]
-            # else key -> annotator -> positions; one entry naming no key of the stream is
-            # taken as a TCPD file's only data set by the evaluation.
-            if all(isinstance(v, dict) for v in data.values()):  # key -> annotator -> positions
-                return {str(k): {str(a): sorted(_position(i) for i in pts)
-                                 for a, pts in v.items()} for k, v in data.items()}
-        if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
-            return {str(k): sorted(_position(i) for i in v) for k, v in data.items()}
+            return {EVERY_KEY: sorted(_position(i) for i in data)}
+        if isinstance(data, dict) and data and all(isinstance(v, (dict, list))
+                                                   for v in data.values()):
+            if isinstance(data.get(source_name), dict) and source_name != EVERY_KEY:
+                # TCPD: dataset -> annotator -> positions, the one named like the source
+                return {EVERY_KEY: _annotators(data[source_name])}
+            # key -> positions or annotator -> positions (or an unkeyed stream's annotators
+            # or one TCPD data set: decided against the stream's keys)
+            return {str(k): _annotators(v) if isinstance(v, dict) else
+                    sorted(_position(i) for i in v) for k, v in data.items()}
     except (TypeError, ValueError) as exc:
         raise UserError(f"--labels {spec}: {exc}") from None
-    raise UserError(f"--labels {spec}: expected a list of positions, name -> positions or "
+    raise UserError(f"--labels {spec}: expected a list of positions, key -> positions or "
                     "key -> annotator -> positions (see `shiftwatch replay --help`)")
+
+
+def _annotators(v: dict) -> dict:
+    if not all(isinstance(pts, list) for pts in v.values()):
+        raise ValueError("expected annotator -> list of positions")
+    return {str(a): sorted(_position(i) for i in pts) for a, pts in v.items()}
 
 
 def _position(i: Any) -> int:
@@ -156,6 +169,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.local import Pipeline
     from shiftwatch.sinks import ConsoleAlarmSink, DeadLetterSink, EvaluationSink, JsonlSink
     from shiftwatch.sinks.atomic_file import WriteFailed
+    from shiftwatch.sinks.labels import LabelsError
     from shiftwatch.streams import open_source
 
     if not getattr(args, "stages", None):
@@ -185,7 +199,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         evaluation = EvaluationSink(out, annotations=annotations,
                                     name=getattr(source, "name", args.source), operator=op_label,
                                     plots=not args.no_plots, parameters=parameters,
-                                    channels=getattr(source, "columns", None))
+                                    channels=getattr(source, "columns", None), operators=ops)
     outputs = JsonlSink(out / "outputs.jsonl")
     sinks = [outputs, evaluation]
     if not args.quiet:
@@ -204,6 +218,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                            metrics=metrics).run()
     except WriteFailed as exc:  # a file could not be written (a full disk): the run stopped
         summary, stopped = getattr(exc, "summary", None), exc
+    except LabelsError as exc:  # known only at the end: the keys of the stream
+        where = f"--labels {args.labels}" if args.labels else f"the annotations of {args.source}"
+        raise UserError(f"{where}: {exc}") from None
     finally:
         if server is not None:
             server.close()
@@ -218,8 +235,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
     _print_scores(getattr(evaluation, "report", None) or {})
     done = set(evaluation.written) | ({str(outputs.path)} if outputs.written else set())
-    written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "report.html")
-               if str(p) in done]
+    written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "keys.jsonl",
+                                out / "report.html") if str(p) in done]
     if any(p.endswith(".png") for p in done):
         written.append(f"{out}/*.png")
     if written:
@@ -246,15 +263,34 @@ def _print_failed(failed: dict[str, str], stopped: Exception | None = None) -> b
 
 
 def _print_scores(report: dict) -> None:
-    if report.get("annotations") is None and "accuracy" not in (report.get("summary") or {}):
-        return  # no truth to score against: alarm counts are in the summary line
+    from shiftwatch.sinks.key_label import key_label
+
     agg = report.get("summary") or {}
+    beyond = report.get("labels_beyond_end")
+    if beyond:  # most likely labels counted in file lines, not in each key's positions
+        first = beyond["first"][0]
+        more = beyond["count"] - len(first["labels"][:3])
+        print(f"shiftwatch: warning: {beyond['count']} label{'' if beyond['count'] == 1 else 's'}"
+              f" past the end of {'its' if beyond['count'] == 1 else 'their'} key's stream "
+              f"count as missed: key {key_label(first['key'])} label "
+              f"{', '.join(map(str, first['labels'][:3]))} ({first['n_records']} record"
+              f"{'' if first['n_records'] == 1 else 's'})"
+              f"{f' and {more} more' if more > 0 else ''}; labels are positions in each key's "
+              "own stream (report.json: labels_beyond_end)", file=sys.stderr)
+    if "alarms" in agg and not agg.get("labelled_keys"):
+        print(f"scores: none (no labels): {agg['alarms']} alarms on {agg['keys_with_alarms']} "
+              f"of {agg['keys']} keys, not scored as true or false (give --labels to count "
+              "detections, false alarms and missed changes)")
+    if report.get("annotations") is None and "accuracy" not in agg:
+        return  # no truth to score against
     keys = [k for k in ("f1", "f1_1pct", "precision", "recall", "covering", "mean_delay",
                         "false_alarms", "missed", "located_f1", "located_f1_1pct",
                         "located_covering", "location_error", "accuracy")
             if agg.get(k) is not None]
     if keys:
-        print("scores: " + ", ".join(
+        over = agg.get("labelled_keys")
+        print("scores" + (f" (over the {over} labelled of {agg['keys']} keys)"
+                          if over is not None and over < agg["keys"] else "") + ": " + ", ".join(
             f"{k} {agg[k]:.3f}" if isinstance(agg[k], float) else f"{k} {agg[k]}" for k in keys))
 
 
@@ -440,6 +476,7 @@ def _history(source: Any, spec: str) -> Iterator[Any]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.calibrate import calibrate
+    from shiftwatch.deploy.local import stop_if_all_dead
     from shiftwatch.sinks.atomic_file import WriteFailed
     from shiftwatch.streams import open_source
 
@@ -451,14 +488,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     annotations = getattr(source, "annotations", None) or {}
     if args.labels:
         annotations = load_labels(args.labels, getattr(source, "name", None))
-    labels = sorted({int(c) for points in annotations.values() for c in points})
     try:
         with user_input():  # calibrate checks its arguments and the history before resampling
-            cal = calibrate(_history(source, args.source), stages[-1][0], stages[-1][1],
-                            budget=args.budget, per=args.budget_per, labels=labels,
+            history = stop_if_all_dead(_history(source, args.source), args.source)
+            cal = calibrate(history, stages[-1][0], stages[-1][1],
+                            budget=args.budget, per=args.budget_per, labels=annotations,
                             margin=args.margin,
                             before=stages[:-1], exposure=args.exposure, grid=args.grid,
                             delay_runs=args.delay_runs, seed=args.seed)
+    except UserError as exc:
+        from shiftwatch.sinks.labels import LabelsError
+
+        if isinstance(exc.__cause__, LabelsError):
+            raise UserError(f"--labels {args.labels or args.source}: {exc}") from None
+        raise
     finally:
         close = getattr(source, "close", None)
         if close is not None:
@@ -504,7 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="source option, e.g. value=temp, key=sensor, ts=time, n=2000")
     r.add_argument("--labels", help="true change points as positions in each key's stream "
                    "(0-based): '120,480' for every key, or a JSON file: [120, 480], "
-                   "{\"s1\": [120], \"s2\": []} per key, or {key: {annotator: [...]}}")
+                   "{\"s1\": [120], \"s2\": []} per key (names must be keys; \"*\": every "
+                   "other key), or {key: {annotator: [...]}}")
     r.add_argument("--out", required=True, help="output directory")
     r.add_argument("--speed", type=float, default=None,
                    help="replay at real time x SPEED from ts (default: as fast as possible)")
@@ -577,7 +621,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fixed parameter of the preceding --operator (repeatable)")
     c.add_argument("--source-opt", action="append", metavar="K=V",
                    help="source option, e.g. value=temp, key=sensor, ts=time")
-    c.add_argument("--labels", help="known change points to cut out: '120,480' or a JSON file")
+    c.add_argument("--labels", help="known change points to cut out, as positions in each "
+                   "key's stream (0-based, as for replay): '120,480' for every key, or a JSON "
+                   "file ({\"s1\": [120], \"s2\": []} per key)")
     c.add_argument("--budget", default="1/10000",
                    help="false alarms allowed per unit, e.g. 1/10000 (default) or 0.5")
     c.add_argument("--budget-per", default="record", choices=["record", "hour", "day", "week"],

@@ -30,7 +30,7 @@ from typing import Any
 from shiftwatch.deploy.kafka.dedupe import DUPLICATE, Deduper
 from shiftwatch.operators.codec import decode_record, encode_record
 from shiftwatch.operators.keyed import Keyed
-from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.operators.records import BadInput, DeadLetter, reason_kind
 
 __all__ = ["RunSummary", "StageExecutor", "Batch", "fit_dead_letter"]
 
@@ -104,25 +104,6 @@ class Batch:
     inputs: list[dict]
     outputs: list[dict]
     dead_letters: list[dict]
-
-
-def reason_kind(reason: str, width: int = 80) -> str:
-    """A dead letter's reason without the value that varies, for counting reasons by kind.
-
-    Drops what follows ``", got "`` and quoted values, and cuts between words.
-
-    >>> reason_kind("river:HDDMA takes 0/1 or booleans (1 = error), got 0.1257")
-    'river:HDDMA takes 0/1 or booleans (1 = error)'
-    >>> reason_kind("temp 'oops' is not a number")
-    "temp '...' is not a number"
-    """
-    import re
-
-    short = reason.split("\n")[0].split(", got ")[0]
-    short = re.sub(r"'[^']*'|\"[^\"]*\"", "'...'", short).strip()
-    if len(short) > width:
-        short = short[:width].rsplit(" ", 1)[0] + " ..."
-    return short
 
 
 class StageExecutor:

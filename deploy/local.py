@@ -15,12 +15,75 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
+from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.keyed import Keyed
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.operators.records import DeadLetter, reason_kind
 
-__all__ = ["Pipeline", "RunSummary"]
+__all__ = ["Pipeline", "RunSummary", "AllDeadLetters", "stop_if_all_dead", "ALL_DEAD_FIRST"]
+
+#: A replay (or a calibration's history) whose first this many items -- or all of them, when
+#: there are fewer -- are dead letters for one reason stops (:func:`stop_if_all_dead`).
+ALL_DEAD_FIRST = 100
+
+
+class AllDeadLetters(UserError):
+    """The first items of a source were all dead letters for one reason (a wrong
+    ``ts_format``, column or delimiter): nothing would be processed, so the run stops."""
+
+
+def stop_if_all_dead(items: Iterable, what: str, first: int | None = ALL_DEAD_FIRST):
+    """Yield ``items``; raise :class:`AllDeadLetters` when the first ``first`` of them (or all,
+    when the source ends sooner) are dead letters whose reasons are of one kind
+    (:func:`~shiftwatch.operators.records.reason_kind`).
+
+    The one place where ``shiftwatch replay`` (through :class:`Pipeline`) and
+    ``shiftwatch calibrate`` count this. The message names the reason as the first dead
+    letter gave it (with its value, e.g. the format a ``ts`` did not match) and where it was.
+
+    >>> bad = [DeadLetter("01/02", "ts '01/02' does not match format '%Y'", {"line": i + 2})
+    ...        for i in range(3)]
+    >>> list(stop_if_all_dead(bad, "t.csv"))
+    Traceback (most recent call last):
+    ...
+    shiftwatch.deploy.local.AllDeadLetters: all 3 records of t.csv are dead letters: ts '01/02' \
+does not match format '%Y' (line 2); nothing was processed: check the --source-opt options \
+(value, key, ts, ts_format, delimiter) against the data
+    """
+    if not first:
+        yield from items
+        return
+    n = 0
+    head: DeadLetter | None = None
+    kind = None
+    for item in items:
+        if n is not None:
+            if isinstance(item, DeadLetter) and (
+                    kind is None or reason_kind(item.reason) == kind):
+                if head is None:
+                    head, kind = item, reason_kind(item.reason)
+                n += 1
+                if n >= first:
+                    raise AllDeadLetters(_all_dead_message(f"the first {n}", what, head))
+            else:
+                n = None  # a record (or another reason): the check is over
+        yield item
+    if n:
+        raise AllDeadLetters(_all_dead_message(f"all {n}" if n > 1 else "the one", what, head))
+
+
+def _all_dead_message(how_many: str, what: str, head: DeadLetter) -> str:
+    origin = head.origin or {}
+    where = (f" (line {origin['line']})" if "line" in origin else
+             f" (partition {origin['partition']} offset {origin['offset']})"
+             if "partition" in origin else "")
+    reason = str(head.reason).split("\n")[0]
+    noun = "records" if how_many != "the one" else "record"
+    verb = "are" if noun == "records" else "is a"
+    return (f"{how_many} {noun} of {what} {verb} dead letter{'s' if noun == 'records' else ''}: "
+            f"{reason}{where}; nothing was processed: check the --source-opt options (value, "
+            "key, ts, ts_format, delimiter) against the data")
 
 
 class Pipeline:
@@ -37,7 +100,8 @@ class Pipeline:
         record key gets its own state.
     sinks
         Receive the last operator's outputs in micro-batches (and the input records, if a
-        sink sets ``wants_inputs``).
+        sink sets ``wants_inputs``; the dead-letter records too, if it sets
+        ``wants_dead_letters``).
     dead_letters
         Receives every dead letter, from the source (malformed input) and from any operator
         (records it rejected), as a record of the one dead-letter schema
@@ -53,6 +117,10 @@ class Pipeline:
         Optional :class:`~shiftwatch.deploy.observability.StageMetrics` to report to
         (``shiftwatch replay --metrics-port``): counters, batch times, liveness, and ready
         while the replay runs.
+    stop_if_all_dead
+        Stop with :class:`AllDeadLetters` when the first this many items of the source (or
+        all of them, when there are fewer) are dead letters for one reason
+        (:func:`stop_if_all_dead`); None never stops.
 
     Notes
     -----
@@ -90,7 +158,8 @@ class Pipeline:
 
     def __init__(self, source: Iterable, operators: Sequence[Operator], sinks: Sequence = (),
                  dead_letters=None, batch_size: int = 1000, speed: float | None = None,
-                 progress: bool = True, keyed: bool = True, metrics=None):
+                 progress: bool = True, keyed: bool = True, metrics=None,
+                 stop_if_all_dead: int | None = ALL_DEAD_FIRST):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if speed is not None and speed < 0:
@@ -104,6 +173,7 @@ class Pipeline:
         self.speed = speed
         self.progress = progress
         self.metrics = metrics
+        self.stop_if_all_dead = stop_if_all_dead
 
     # ------------------------------------------------------------------------------
 
@@ -199,7 +269,9 @@ class Pipeline:
 
             items = paced(items, self.speed)
         offset = 0
-        for item in items:
+        what = str(getattr(self.source, "path", None) or getattr(self.source, "name", None)
+                   or "the source")
+        for item in stop_if_all_dead(items, what, self.stop_if_all_dead):
             if isinstance(item, DeadLetter):
                 item.origin.setdefault("offset", offset)
             elif isinstance(item, dict):
@@ -237,8 +309,13 @@ class Pipeline:
             sink.write(result.outputs)
 
     def _write_dead(self, records: list[dict]) -> None:
-        if self.dead_letters is not None and records:
+        if not records:
+            return
+        if self.dead_letters is not None:
             self.dead_letters.write(records)
+        for sink in self.sinks:  # e.g. the evaluating sink, to list them in its report
+            if getattr(sink, "wants_dead_letters", False):
+                sink.write_dead_letters(records)
 
     def _progress_bar(self):
         if not self.progress or not sys.stderr.isatty():

@@ -127,6 +127,11 @@ class Operator:
         """The constructor arguments, read back from the attributes of the same name."""
         return {name: getattr(self, name) for name in self._param_names()}
 
+    def all_params(self) -> dict:
+        """Every parameter with the value in use, defaults included (what a report records
+        of the run); the constructor's by default."""
+        return self._get_params()
+
     def clone(self, **new_params: Any) -> Operator:
         """A fresh operator with the same parameters (overridden by ``new_params``)."""
         params = {**self._get_params(), **new_params}

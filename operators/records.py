@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["PASSTHROUGH_FIELDS", "MAX_ABS", "BadInput", "DeadLetter", "get_field", "as_scalar",
-           "as_array", "numeric_ts"]
+           "as_array", "numeric_ts", "reason_kind"]
 
 
 #: Fields that travel from an input record to the outputs it produces.
@@ -247,3 +247,22 @@ def numeric_ts(record: Mapping) -> float | None:
         except OverflowError:  # an integer beyond float range
             return None
     return None
+
+
+def reason_kind(reason: str, width: int = 80) -> str:
+    """A dead letter's reason without the value that varies, for counting reasons by kind.
+
+    Drops what follows ``", got "`` and quoted values, and cuts between words.
+
+    >>> reason_kind("river:HDDMA takes 0/1 or booleans (1 = error), got 0.1257")
+    'river:HDDMA takes 0/1 or booleans (1 = error)'
+    >>> reason_kind("temp 'oops' is not a number")
+    "temp '...' is not a number"
+    """
+    import re
+
+    short = reason.split("\n")[0].split(", got ")[0]
+    short = re.sub(r"'[^']*'|\"[^\"]*\"", "'...'", short).strip()
+    if len(short) > width:
+        short = short[:width].rsplit(" ", 1)[0] + " ..."
+    return short

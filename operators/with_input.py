@@ -82,5 +82,8 @@ class WithInput(Operator):
         # The wrapped operator's parameters plus the flag that made this wrapper.
         return {**self.operator._get_params(), "keep_input": True}
 
+    def all_params(self) -> dict:
+        return {**self.operator.all_params(), "keep_input": True}
+
     def __repr__(self) -> str:
         return f"WithInput({self.operator!r})"

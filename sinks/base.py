@@ -3,8 +3,9 @@
 The runner calls, in this order: ``open()`` once before the first record; ``write(records)``
 with each micro-batch of output records (dicts); ``write_inputs(records)`` with the matching
 input records (only sinks that set ``wants_inputs = True``, e.g. the evaluating sink that plots
-the series); ``flush()`` periodically and on Ctrl-C; ``close()`` once, in ``finally``, also
-after an error or an interrupt. ``summary()`` is read after ``close()``.
+the series); ``write_dead_letters(records)`` with the dead-letter records (only sinks that set
+``wants_dead_letters = True``); ``flush()`` periodically and on Ctrl-C; ``close()`` once, in
+``finally``, also after an error or an interrupt. ``summary()`` is read after ``close()``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ class Sink:
     def write(self, records: Sequence[dict]) -> None:
         """Receive a batch of output records, in processing order."""
 
+    #: Set to True to receive the dead-letter records through :meth:`write_dead_letters`.
+    wants_dead_letters: bool = False
+
     def write_inputs(self, records: Sequence[dict]) -> None:
         """Receive a batch of input records (only if ``wants_inputs``)."""
+
+    def write_dead_letters(self, records: Sequence[dict]) -> None:
+        """Receive dead-letter records (only if ``wants_dead_letters``)."""
 
     def flush(self) -> None:
         """Make what was written durable (files flushed). Called periodically and on Ctrl-C."""

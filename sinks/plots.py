@@ -113,22 +113,62 @@ def _located_marks(ax: Any, located: Sequence[int], x: Any = None) -> None:
                    label="located change" if i == 0 else None)
 
 
-def _key_title(key: Any) -> str:
-    return "unkeyed stream" if key is None else f"key {key_label(key)}"
+def _key_title(key: Any, d: Mapping | None = None) -> str:
+    """``key NAME``, with its alarms: how many, and the first as position and time."""
+    title = "unkeyed stream" if key is None else f"key {key_label(key)}"
+    if d is None or "alarms" not in d:
+        return title
+    alarms = d.get("alarms") or []
+    if not alarms:
+        return title + ": no alarm"
+    first = f"position {alarms[0]}"
+    ts = (d.get("alarm_ts") or [None])[0]
+    trace = d.get("trace")
+    if ts is not None and trace is not None and _XAxis(trace).is_time:
+        from shiftwatch.sinks.time_axis import iso_utc
+
+        first += f", {iso_utc(ts)}"
+    n = len(alarms)
+    return f"{title}: {n} alarm{'' if n == 1 else 's'}, the first at {first}"
 
 
-def _panel_title(fig: Any, name: str, what: str, shown: int, total: int) -> None:
-    extra = f" (first {shown} of {total} keys)" if total > shown else ""
-    fig.suptitle(f"{name}: {what}{extra}")
+def _alarmed_first(data: list) -> list:
+    """The keys with alarms first (most first), the others after, each in the given order."""
+    return sorted(data, key=lambda kd: -len(kd[1].get("alarms") or ()))
 
 
-def plot_series(data: list, max_panels: int, name: str) -> Any:
-    with_inputs = [(k, d) for k, d in data if d["trace"].input_offsets]
+def _which_keys(shown: list, total: int, alarmed: int | None) -> str:
+    """Which keys a figure shows, e.g. ``6 of 30 keys: the 3 with alarms, then 3 without``."""
+    n = len(shown)
+    with_alarms = sum(1 for _, d in shown if d.get("alarms"))
+    if alarmed is None:
+        alarmed = with_alarms
+    if total <= n:
+        if total <= 1:
+            return ""
+        if not alarmed:
+            return f" ({total} keys)"
+        return f" ({total} keys, the {alarmed} with alarms first)"
+    if not alarmed:
+        return f" (the first {n} of {total} keys; none has an alarm)"
+    head = (f"the {with_alarms} with alarms" if with_alarms == alarmed else
+            f"{with_alarms} of the {alarmed} with alarms")
+    tail = f", then the first {n - with_alarms} without" if n > with_alarms else ""
+    return f" ({n} of {total} keys: {head}{tail})"
+
+
+def plot_series(data: list, max_panels: int, name: str, total: int | None = None,
+                alarmed: int | None = None) -> Any:
+    """The input series of up to ``max_panels`` keys of ``data`` ((key, data) pairs), the
+    keys with alarms first; ``total`` and ``alarmed`` (default: counted in ``data``) are
+    how many keys the run had and how many alarmed, for the title."""
+    with_inputs = _alarmed_first([(k, d) for k, d in data if d["trace"].input_offsets])
     if not with_inputs:
         return None
     shown = with_inputs[:max_panels]
     fig, axes = _figure(len(shown), name)
-    _panel_title(fig, name, "series", len(shown), len(with_inputs))
+    fig.suptitle(f"{name}: series" + _which_keys(
+        shown, max(total or 0, len(with_inputs)), alarmed))
     for ax, (key, d) in zip(axes, shown, strict=True):
         trace = d["trace"]
         width = max(len(v) for v in trace.values)
@@ -141,7 +181,7 @@ def plot_series(data: list, max_panels: int, name: str) -> Any:
         _truth_lines(ax, d["annotations"], to_x)
         _alarm_lines(ax, d.get("alarms", []), to_x)
         _located_marks(ax, d.get("located", []), to_x)
-        ax.set_title(_key_title(key), fontsize=9, loc="left")
+        ax.set_title(_key_title(key, d), fontsize=9, loc="left")
         to_x.style(ax, len(values))
         ax.set_xlabel(to_x.label)
         ax.set_ylabel("value")
@@ -158,9 +198,12 @@ def _field_array(outputs: list[dict], field: str) -> np.ndarray:
     return out
 
 
-def plot_statistic(data: list, max_panels: int, name: str) -> Any:
+def plot_statistic(data: list, max_panels: int, name: str, total: int | None = None,
+                   alarmed: int | None = None) -> Any:
+    """The detector statistic of up to ``max_panels`` keys, the keys with alarms first (see
+    :func:`plot_series`)."""
     panels = []
-    for key, d in data:
+    for key, d in _alarmed_first(data):
         outs = d["trace"].outputs
         if not any("alarm" in o for o in outs):
             continue
@@ -171,7 +214,8 @@ def plot_statistic(data: list, max_panels: int, name: str) -> Any:
         return None
     shown = panels[:max_panels]
     fig, axes = _figure(len(shown), name)
-    _panel_title(fig, name, "detector statistic", len(shown), len(panels))
+    fig.suptitle(f"{name}: detector statistic" + _which_keys(
+        [(k, d) for k, d, _ in shown], max(total or 0, len(panels)), alarmed))
     for ax, (key, d, fields) in zip(axes, shown, strict=True):
         pos = np.array([np.nan if p is None else p for p in d["positions"]], dtype=float)
         order = np.argsort(pos, kind="stable")
@@ -196,7 +240,7 @@ def plot_statistic(data: list, max_panels: int, name: str) -> Any:
         _truth_lines(ax, d["annotations"], to_x)
         _alarm_lines(ax, d.get("alarms", []), to_x)
         _located_marks(ax, d.get("located", []), to_x)
-        ax.set_title(_key_title(key), fontsize=9, loc="left")
+        ax.set_title(_key_title(key, d), fontsize=9, loc="left")
         if to_x.is_time:
             to_x.style(ax, d["n"])
         ax.set_xlabel(to_x.label)

@@ -19,7 +19,7 @@ from shiftwatch.sinks.metrics import (
 )
 
 __all__ = ["merge_change_points", "evaluate_detector", "evaluate_locations", "located_positions",
-           "pool_detectors"]
+           "pool_detectors", "DetectorPool"]
 
 
 def merge_change_points(
@@ -59,8 +59,10 @@ def evaluate_detector(
     alarms
         Alarm positions in the series (0-based).
     annotations
-        ``{annotator: [change points]}``, one list of change points, or None (unknown).
-        Change points at or beyond ``n`` (not reached yet) are left out of every score.
+        ``{annotator: [change points]}``, one list of change points (``[]``: the series never
+        changed), or None (unknown: nothing is scored, as ``{}``). Change points at or
+        beyond ``n`` lie past the end of the series: they are listed in ``beyond_end`` and
+        count as missed (in the recall, the F1 and ``n_missed``), never as detected.
     n
         The length of the series.
     margin
@@ -72,9 +74,11 @@ def evaluate_detector(
         ``n``, ``alarms``, ``n_alarms``, ``f1``, ``precision``, ``recall``, ``covering``
         (None without annotations), ``margin``, ``f1_1pct`` (the same F1 with a margin of
         ``int(0.01 * n)``: the TSSB / ClaSS convention), ``margin_1pct``, ``change_points``
-        (the merged truth, inside the series) and ``detection``:
-        :func:`~shiftwatch.sinks.metrics.detection_summary` against those change points (its
-        ``average_run_length`` is ``inf`` when there is no false alarm).
+        (the merged truth, inside the series), ``beyond_end`` (the merged truth at or past
+        ``n``) and ``detection``: :func:`~shiftwatch.sinks.metrics.detection_summary` against
+        those change points (its ``average_run_length`` is ``inf`` when there is no false
+        alarm; ``n_missed`` counts the points beyond the end too), or None without
+        annotations: with no truth an alarm is neither false nor true.
 
     Examples
     --------
@@ -85,8 +89,13 @@ def evaluate_detector(
     (0.7407, [48, 150], [4, None])
     >>> r["margin_1pct"], round(r["f1_1pct"], 4)  # margin 2: 52 still meets a's 50, not b's 48
     (2, 0.6667)
-    >>> evaluate_detector([], None, n=10)["detection"]["average_run_length"]
+    >>> evaluate_detector([], [], n=10)["detection"]["average_run_length"]  # never changed
     inf
+    >>> evaluate_detector([3], None, n=10)["detection"] is None  # unknown: nothing scored
+    True
+    >>> past = evaluate_detector([], [500, 1200], n=400)  # labels past the end: missed
+    >>> past["beyond_end"], past["recall"], past["detection"]["n_missed"]
+    ([500, 1200], 0.3333333333333333, 2)
     """
     n = int(n)
     alarm_list = sorted({int(a) for a in alarms})
@@ -106,16 +115,25 @@ def evaluate_detector(
         annotations = {"0": list(annotations)}
     if annotations is not None and len(annotations) == 0:
         annotations = None
-    if annotations is not None and n > 0:
-        # Change points the series never reached (an interrupted or partial replay) cannot be
-        # detected; every score leaves them out, as the detection summary below does.
-        reached = {k: [int(c) for c in v if int(c) < n] for k, v in annotations.items()}
-        f, p, r = f_measure(reached, alarm_list, margin=margin, return_PR=True)
-        out.update(f1=f, precision=p, recall=r, covering=covering(reached, alarm_list, n),
-                   f1_1pct=f_measure(reached, alarm_list, margin=out["margin_1pct"]))
-    truth = [c for c in merge_change_points(annotations, margin) if c < n]
+    if annotations is None:
+        out.update(change_points=[], beyond_end=[], detection=None)
+        return out
+    if n > 0:
+        # Change points past the end were not reached: they count as missed in the F1 and
+        # the recall (f_measure matches nothing to them), and covering ignores them.
+        ann = {k: [int(c) for c in v] for k, v in annotations.items()}
+        f, p, r = f_measure(ann, alarm_list, margin=margin, return_PR=True)
+        out.update(f1=f, precision=p, recall=r, covering=covering(ann, alarm_list, n),
+                   f1_1pct=f_measure(ann, alarm_list, margin=out["margin_1pct"]))
+    merged = merge_change_points(annotations, margin)
+    truth = [c for c in merged if c < n]
     out["change_points"] = truth
-    out["detection"] = detection_summary(alarm_list, truth, n) if n > 0 else None
+    out["beyond_end"] = [c for c in merged if c >= n]
+    detection = detection_summary(alarm_list, truth, n) if n > 0 else None
+    if detection is not None and out["beyond_end"]:
+        detection["n_missed"] += len(out["beyond_end"])
+        detection["beyond_end"] = list(out["beyond_end"])
+    out["detection"] = detection
     return out
 
 
@@ -180,44 +198,132 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def pool_detectors(reports: list[dict]) -> dict:
-    annotated = [r for r in reports if r["annotated"]]
-    dets = [r["detection"] for r in reports if r["detection"] is not None]
-    delays = [d for s in dets for d in s["delays"] if d is not None]
-    false_alarms = sum(s["n_false_alarms"] for s in dets)
-    no_change = sum(s["no_change_samples"] for s in dets)
-    located = [r["location"] for r in reports if r.get("location") is not None]
-    location = None
-    if located:
-        ann_loc = [r["location"] for r in annotated if r.get("location") is not None]
-        errors = [e for r in located for e in (r["errors"] or [])]
-        location = {
-            "n_located": sum(r["n_located"] for r in located),
-            "f1": _mean([r["f1"] for r in ann_loc]),
-            "f1_1pct": _mean([r["f1_1pct"] for r in ann_loc]),
-            "precision": _mean([r["precision"] for r in ann_loc]),
-            "recall": _mean([r["recall"] for r in ann_loc]),
-            "covering": _mean([r["covering"] for r in ann_loc]),
-            "mean_abs_error": sum(errors) / len(errors) if errors else None,
+class DetectorPool:
+    """The run's detector scores, pooled key by key (:meth:`add` each key's
+    :func:`evaluate_detector` report with ``annotated`` set, then :meth:`result`).
+
+    Alarms are counted over every key; F1, precision, recall and covering are the unweighted
+    mean over the annotated keys (as TCPDBench averages over series); delays, false alarms
+    and missed changes are pooled over the annotated keys only (a key without labels has no
+    false alarms, only alarms), and the average run length is their pooled no-change samples
+    over their pooled false alarms. At most ``max_delays`` delays are kept in the list
+    (``n_delays`` counts them all).
+    """
+
+    _MEANS = ("f1", "f1_1pct", "precision", "recall", "covering")
+
+    def __init__(self, max_delays: int = 1000) -> None:
+        self.max_delays = max_delays
+        self.n_series = 0
+        self.alarms = 0
+        self.keys_with_alarms = 0
+        self.n_annotated = 0
+        self._sums = dict.fromkeys(self._MEANS, 0.0)
+        self._counts = dict.fromkeys(self._MEANS, 0)
+        self._loc_sums = dict.fromkeys(self._MEANS, 0.0)
+        self._loc_counts = dict.fromkeys(self._MEANS, 0)
+        self.n_changes = self.n_detected = self.n_missed = self.n_false_alarms = 0
+        self.no_change = 0
+        self.delays: list[int] = []
+        self.n_delays = 0
+        self.delay_sum = 0
+        self.n_located = 0
+        self.n_locating = 0
+        self.error_sum = 0.0
+        self.n_errors = 0
+        self.beyond_end = 0
+
+    def add(self, report: Mapping, weight: int = 1) -> None:
+        """Pool one key's report (``weight`` keys with this very report)."""
+        w = weight
+        self.n_series += w
+        k = report["n_alarms"]
+        self.alarms += w * k
+        self.keys_with_alarms += w * (k > 0)
+        loc = report.get("location")
+        if loc is not None:
+            self.n_locating += w
+            self.n_located += w * loc["n_located"]
+            errors = loc.get("errors") or []
+            self.error_sum += w * sum(errors)
+            self.n_errors += w * len(errors)
+        if not report.get("annotated"):
+            return
+        self.n_annotated += w
+        for m in self._MEANS:
+            v = report.get(m)
+            if v is not None:
+                self._sums[m] += w * v
+                self._counts[m] += w
+            if loc is not None and loc.get(m) is not None:
+                self._loc_sums[m] += w * loc[m]
+                self._loc_counts[m] += w
+        det = report.get("detection")
+        if det is None:
+            return
+        beyond = len(det.get("beyond_end") or ())
+        self.n_changes += w * (len(det["change_points"]) + beyond)
+        self.n_detected += w * det["n_detected"]
+        self.n_missed += w * det["n_missed"]
+        self.n_false_alarms += w * det["n_false_alarms"]
+        self.no_change += w * det["no_change_samples"]
+        self.beyond_end += w * beyond
+        found = [d for d in det["delays"] if d is not None]
+        self.n_delays += w * len(found)
+        self.delay_sum += w * sum(found)
+        for _ in range(w if found else 0):
+            if len(self.delays) >= self.max_delays:
+                break
+            self.delays.extend(found[:self.max_delays - len(self.delays)])
+
+    def add_unlabelled(self, n_series: int, alarms: int, keys_with_alarms: int,
+                       n_locating: int = 0, n_located: int = 0) -> None:
+        """Pool ``n_series`` keys without labels at once: they count their alarms only."""
+        self.n_series += n_series
+        self.alarms += alarms
+        self.keys_with_alarms += keys_with_alarms
+        self.n_locating += n_locating
+        self.n_located += n_located
+
+    def _mean(self, m: str, located: bool = False) -> float | None:
+        sums, counts = (self._loc_sums, self._loc_counts) if located else (self._sums,
+                                                                           self._counts)
+        return sums[m] / counts[m] if counts[m] else None
+
+    def result(self) -> dict:
+        location = None
+        if self.n_locating:
+            location = {
+                "n_located": self.n_located,
+                **{m: self._mean(m, located=True) for m in self._MEANS},
+                "mean_abs_error": self.error_sum / self.n_errors if self.n_errors else None,
+            }
+        fa = self.n_false_alarms
+        return {
+            "location": location,
+            "n_series": self.n_series,
+            "n_annotated": self.n_annotated,
+            "alarms": self.alarms,
+            "keys_with_alarms": self.keys_with_alarms,
+            **{m: self._mean(m) for m in self._MEANS},
+            "detection": None if not self.n_annotated else {
+                "n_changes": self.n_changes,
+                "n_detected": self.n_detected,
+                "n_missed": self.n_missed,
+                "n_beyond_end": self.beyond_end,
+                "n_false_alarms": fa,
+                "mean_delay": self.delay_sum / self.n_delays if self.n_delays else None,
+                "delays": list(self.delays),
+                "n_delays": self.n_delays,
+                "no_change_samples": self.no_change,
+                "average_run_length": self.no_change / fa if fa else math.inf,
+            },
         }
-    return {
-        "location": location,
-        "n_series": len(reports),
-        "n_annotated": len(annotated),
-        "alarms": sum(r["n_alarms"] for r in reports),
-        "f1": _mean([r["f1"] for r in annotated]),
-        "f1_1pct": _mean([r.get("f1_1pct") for r in annotated]),
-        "precision": _mean([r["precision"] for r in annotated]),
-        "recall": _mean([r["recall"] for r in annotated]),
-        "covering": _mean([r["covering"] for r in annotated]),
-        "detection": {
-            "n_changes": sum(len(s["change_points"]) for s in dets),
-            "n_detected": sum(s["n_detected"] for s in dets),
-            "n_missed": sum(s["n_missed"] for s in dets),
-            "n_false_alarms": false_alarms,
-            "mean_delay": sum(delays) / len(delays) if delays else None,
-            "delays": delays,
-            "no_change_samples": no_change,
-            "average_run_length": no_change / false_alarms if false_alarms else math.inf,
-        },
-    }
+
+
+def pool_detectors(reports: Iterable[Mapping]) -> dict:
+    """The pooled scores of several keys' reports (see :class:`DetectorPool`)."""
+    pool = DetectorPool()
+    for r in reports:
+        pool.add(r)
+    return pool.result()

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-__all__ = ["EARLIEST", "LATEST", "is_epoch_seconds", "iso_utc", "time_axis_ts"]
+__all__ = ["EARLIEST", "LATEST", "is_epoch_seconds", "iso_utc", "time_axis_ts",
+           "time_axis_array"]
 
 #: The plausible range for epoch-second timestamps: 1900-01-01 to 2100-01-01 (UTC).
 EARLIEST = -2208988800.0
@@ -78,6 +79,28 @@ def time_axis_ts(values: Iterable[Any]) -> list[float] | None:
     if any(b < a for a, b in zip(ts[:-1], ts[1:], strict=True)) or ts[-1] <= ts[0]:
         return None
     return ts
+
+
+def time_axis_array(ts: Any) -> Any:
+    """:func:`time_axis_ts` for a NumPy array of floats (NaN for a missing ``ts``), at NumPy
+    speed: the array when it can be a time axis, else None.
+
+    >>> import numpy as np
+    >>> time_axis_array(np.array([1767225600.0, 1767225660.0])).tolist()
+    [1767225600.0, 1767225660.0]
+    >>> time_axis_array(np.array([0.0, 1.0, 2.0])) is None   # an index
+    True
+    """
+    import numpy as np
+
+    a = np.asarray(ts, dtype=np.float64)
+    if a.size == 0 or not np.isfinite(a).all() or a.min() < EARLIEST or a.max() >= LATEST:
+        return None
+    if np.count_nonzero(np.abs(a) < _INDEX_LIKE) > _MAX_NEAR_EPOCH * a.size:
+        return None
+    if (np.diff(a) < 0).any() or a[-1] <= a[0]:
+        return None
+    return a
 
 
 def iso_utc(ts: float) -> str:

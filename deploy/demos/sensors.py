@@ -91,10 +91,9 @@ def run_sensor_demo(out_dir: Path = Path("shiftwatch-sensor-demo"), stream=None,
         run = _slim(agg)
         alarms: list[int] = []
         located: list[int] = []
-        for per_key in (evaluation.report.get("keys") or {}).values():
+        for per_key in evaluation.key_reports().values():  # keys.jsonl read back
             alarms += list(per_key.get("alarms", []))
-            block = (per_key.get("detector") or {}).get("location") or {}
-            located += [int(p) for p in block.get("located", [])]
+            located += [int(p) for p in per_key.get("located", [])]
         run.update({"alarms": sorted(alarms), "located": sorted(located),
                     "seconds": round(seconds, 3),
                     "dead_letters": summary.dead_letters, "params": spec["params"]})

@@ -52,7 +52,7 @@ def _score_run(records: list[dict], detector: str, annotations, out_dir: Path, n
     summary = Pipeline(records, ops, [JsonlSink(run_dir / "outputs.jsonl"), evaluation],
                        progress=False).run()
     seconds = time.perf_counter() - t0
-    report = evaluation.report
+    report = {**evaluation.report, "keys": evaluation.key_reports()}  # keys.jsonl read back
     return report, summary, seconds
 
 
@@ -127,8 +127,7 @@ def _located(report: dict) -> list[int]:
     keys = report.get("keys") or {}
     located: list[int] = []
     for per_key in keys.values():
-        block = (per_key.get("detector") or {}).get("location") or {}
-        located += [int(p) for p in block.get("located", [])]
+        located += [int(p) for p in per_key.get("located", [])]
     return sorted(located)
 
 

@@ -307,6 +307,12 @@ class RiverDetector(Operator):
         return {"detector": self.detector, "field": self.field, "locate": self.locate,
                 "locate_window": self.locate_window, **self.params}
 
+    def all_params(self) -> dict:
+        """The adapter's parameters and every parameter of River's detector, River's
+        defaults included."""
+        return {"detector": self.detector, "field": self.field, "locate": self.locate,
+                "locate_window": self.locate_window, **self.river_defaults, **self.params}
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._get_params().items())
         return f"RiverDetector({args})"

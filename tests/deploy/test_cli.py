@@ -100,9 +100,10 @@ def test_parse_params_and_labels(tmp_path):
     assert parse_params(["a=1", "b=x y", "c=true"]) == {"a": 1, "b": "x y", "c": True}
     f = tmp_path / "ann.json"
     f.write_text(json.dumps({"ukcoal": {"1": [3, 1], "2": []}}))
-    assert load_labels(str(f), "ukcoal") == {"1": [1, 3], "2": []}
+    # the data set named like the source: its annotators, for every key
+    assert load_labels(str(f), "ukcoal") == {"*": {"1": [1, 3], "2": []}}
     f.write_text(json.dumps([5, 2]))
-    assert load_labels(str(f)) == {"labels": [2, 5]}
+    assert load_labels(str(f)) == {"*": [2, 5]}
 
 
 def test_readme_commands_are_what_ci_runs():

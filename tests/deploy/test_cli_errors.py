@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from shiftwatch.deploy import cli
@@ -119,6 +120,12 @@ def test_dead_letter_summary_keeps_whole_words():
         "river:HDDMA takes 0/1 or booleans (1 = error)"
 
 
+def _keys(out) -> dict:
+    """keys.jsonl by key."""
+    return {json.loads(line)["key"]: json.loads(line)
+            for line in (out / "keys.jsonl").read_text().splitlines()}
+
+
 def test_labels_per_key(tmp_path, capsys):
     # s1 changes at 300; s2 never changes: per-key labels score s2 with no change points.
     import numpy as np
@@ -139,15 +146,15 @@ def test_labels_per_key(tmp_path, capsys):
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
     assert report["annotations"] == "per key"
-    assert report["keys"]["s1"]["detector"]["change_points"] == [300]
-    assert report["keys"]["s2"]["detector"]["change_points"] == []
-    assert report["keys"]["s2"]["detector"]["detection"]["n_missed"] == 0
+    keys = _keys(out)
+    assert keys["s1"]["detector"]["change_points"] == [300]
+    assert keys["s2"]["detector"]["change_points"] == []
+    assert keys["s2"]["detector"]["detection"]["n_missed"] == 0
     # the same positions as a shared list: s2 is then scored against 300 and misses it
     rc, _, _ = _run(capsys, "replay", str(src), "--operator", "river:ADWIN", "--source-opt",
                     "key=key", "--labels", "300", "--out", str(out), "--no-plots",
                     "--no-progress")
-    report = json.loads((out / "report.json").read_text())
-    assert report["keys"]["s2"]["detector"]["detection"]["n_missed"] == 1
+    assert _keys(out)["s2"]["detector"]["detection"]["n_missed"] == 1
 
 
 def test_labels_json_formats(tmp_path):
@@ -167,3 +174,83 @@ def test_help_texts_for_every_replay_option():
     for action in replay._actions:
         if action.option_strings and action.dest != "help":
             assert action.help, f"{action.option_strings} has no help text"
+
+
+def _pumps(tmp_path, n=400):
+    rng = np.random.default_rng(4)
+    rows = ["pump,temp"]
+    for i in range(n):
+        for k in ("pump-a", "pump-b", "pump-c"):
+            rows.append(f"{k},{rng.normal(3.0 if k == 'pump-b' and i >= 300 else 0.0, 1):.4f}")
+    src = tmp_path / "pumps.csv"
+    src.write_text("\n".join(rows) + "\n")
+    return src
+
+
+def _replay_pumps(capsys, tmp_path, *extra):
+    return _run(capsys, "replay", str(_pumps(tmp_path)), "--source-opt", "key=pump",
+                "--source-opt", "value=temp", "--operator", "river:PageHinkley",
+                "--out", str(tmp_path / "out"), "--no-plots", "--no-progress", "--quiet",
+                *extra)
+
+
+def test_a_label_name_that_is_not_a_key_is_an_error_naming_it_and_known_keys(tmp_path,
+                                                                           capsys):
+    # Issue 24, 2a: {"pumpb": [...]} was taken as an annotator whose labels every key got.
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"pumpb": [300]}))
+    rc, _, err = _replay_pumps(capsys, tmp_path, "--labels", str(labels))
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert err.startswith(f"shiftwatch: error: --labels {labels}: 'pumpb' is not a key of "
+                          "the stream (3 keys: pump-a, pump-b, pump-c; did you mean pump-b?)")
+    labels.write_text(json.dumps({"pump-b": [300], "pump-x": [], "pump-y": [1]}))
+    rc, _, err = _replay_pumps(capsys, tmp_path, "--labels", str(labels))
+    assert rc == 2 and "2 names are not keys ('pump-x', 'pump-y')" in err
+
+
+def test_annotators_for_every_key_are_written_under_a_star(tmp_path, capsys):
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"*": {"ann1": [300], "ann2": [302]}, "pump-c": []}))
+    rc, _, _ = _replay_pumps(capsys, tmp_path, "--labels", str(labels))
+    assert rc == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["annotations"] == "per key"
+
+
+def _dated(tmp_path, n):
+    rows = ["time,temp"] + [f"2026-01-01 {i // 60:02d}:{i % 60:02d},{20 + i % 7}"
+                            for i in range(n)]
+    src = tmp_path / "dated.csv"
+    src.write_text("\n".join(rows) + "\n")
+    return src
+
+
+@pytest.mark.parametrize("command", ["replay", "calibrate"])
+@pytest.mark.parametrize("n", [4500, 30])
+def test_a_source_whose_first_records_are_all_dead_letters_stops_with_the_reason(
+        tmp_path, capsys, command, n):
+    # Issue 24, 2c: a wrong ts_format dead-lettered all 4,500 records and the replay exited 0.
+    src = _dated(tmp_path, n)
+    rc, _, err = _run(capsys, command, str(src), "--source-opt", "value=temp",
+                      "--source-opt", "ts=time", "--source-opt", "ts_format=%d/%m/%Y",
+                      "--operator", "river:PageHinkley", "--out", str(tmp_path / "out"),
+                      *(["--no-plots", "--no-progress", "--quiet"] if command == "replay"
+                        else []))
+    assert rc == 2
+    assert err.count("\n") == 1
+    first = "the first 100" if n > 100 else f"all {n}"
+    assert err.startswith(f"shiftwatch: error: {first} records of {src} are dead letters: "
+                          "ts '2026-01-01 00:00' does not match format '%d/%m/%Y' (line 2)")
+
+
+def test_a_few_dead_letters_at_the_start_do_not_stop_a_replay(tmp_path, capsys):
+    src = _dated(tmp_path, 300)
+    text = src.read_text().splitlines()
+    text[1:4] = ["2026-01-01 00:00,abc"] * 3  # 3 bad values, then good records
+    src.write_text("\n".join(text) + "\n")
+    rc, out, _ = _run(capsys, "replay", str(src), "--source-opt", "value=temp",
+                      "--source-opt", "ts=time", "--source-opt", "ts_format=%Y-%m-%d %H:%M",
+                      "--operator", "river:PageHinkley", "--out", str(tmp_path / "out"),
+                      "--no-plots", "--no-progress", "--quiet")
+    assert rc == 0 and "3 dead letters" in out

@@ -33,6 +33,20 @@ def _data(page: str) -> dict:
     return json.loads(m.group(1))
 
 
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def _decode(part: dict) -> list[list[float]]:
+    """The page's decodeValues in Python: each channel's values (None when missing)."""
+    out = []
+    for e in part["y"]:
+        codes = [_ALPHABET.index(a) * 64 + _ALPHABET.index(b)
+                 for a, b in zip(e["q"][0::2], e["q"][1::2], strict=True)]
+        out.append([None if c == 4095 else e["lo"] + (e["hi"] - e["lo"]) * c / 4094
+                    for c in codes])
+    return out
+
+
 def test_every_replay_writes_a_self_contained_report_html(tmp_path, capsys):
     out = _replay(tmp_path, capsys, extra=("--no-plots",))
     page = (out / "report.html").read_text()
@@ -44,11 +58,19 @@ def test_every_replay_writes_a_self_contained_report_html(tmp_path, capsys):
     assert s1["n"] == 3000 and s1["truth"] == [1500]
     assert s1["alarms"] and all(1500 <= a < 1600 for a in s1["alarms"])
     assert s1["series"]["labels"] == ["temp", "hum"]  # channel names, not value[0]
-    assert len(s1["series"]["x"]) == 3000
+    assert s1["series"]["n"] == 3000 and s1["series"]["w"] == 1  # not reduced
+    temp = _decode(s1["series"])[0]
+    assert len(temp) == 3000
+    rows = [line.split(",") for line in (tmp_path / "m.csv").read_text().splitlines()[1:]]
+    exact = [float(r[1]) for r in rows if r[0] == "s1"]
+    span = max(exact) - min(exact)
+    assert max(abs(a - b) for a, b in zip(temp, exact, strict=True)) <= span / 4094
     assert data["parameters"]["operator 1"] == "river:ADWIN"
     report = json.loads((out / "report.json").read_text())
     assert report["html"].endswith("report.html")
-    assert data["keys"][1]["scores"]["f1"] == report["keys"]["s2"]["detector"]["f1"]
+    keys = {json.loads(line)["key"]: json.loads(line)
+            for line in (out / "keys.jsonl").read_text().splitlines()}
+    assert data["keys"][1]["scores"]["f1"] == keys["s2"]["detector"]["f1"]
 
 
 def test_long_series_are_reduced_to_a_few_mb(tmp_path, capsys):
@@ -56,9 +78,10 @@ def test_long_series_are_reduced_to_a_few_mb(tmp_path, capsys):
     page = (out / "report.html").read_text()
     assert len(page) < 3_000_000
     s1 = _data(page)["keys"][0]
-    assert len(s1["series"]["x"]) <= 20000 + 2
+    temp = _decode(s1["series"])[0]
+    assert s1["series"]["w"] > 1 and len(temp) <= 20000 // 2  # two channels share the budget
     # min/max per bucket: the extremes of the series survive the reduction
-    assert max(s1["series"]["y"][0]) > 6.5
+    assert max(temp) > 6.5
 
 
 def _ts_replay(tmp_path, capsys, ts_of, n=600):
@@ -77,10 +100,14 @@ def _ts_replay(tmp_path, capsys, ts_of, n=600):
 
 def test_report_html_maps_positions_to_utc_time_when_ts_are_dates(tmp_path, capsys):
     key = _ts_replay(tmp_path, capsys, lambda i: 1767225600 + 3600 * i)
+    # Evenly spaced: the two ends are all the page needs to interpolate every position.
     time = key["time"]
-    assert time["x"][0] == 0 and time["x"][-1] == 599 and len(time["x"]) == 600
-    assert [time["t"][i] for i in (0, 1, -1)] == [1767225600.0, 1767229200.0,
-                                                  1767225600.0 + 3600 * 599]
+    assert time == {"x": [0, 599], "t": [1767225600.0, 1767225600.0 + 3600 * 599]}
+    # Unevenly spaced: knots, each at its record's exact time.
+    key = _ts_replay(tmp_path, capsys, lambda i: 1767225600 + 60 * i * i)
+    time = key["time"]
+    assert 2 < len(time["x"]) <= 400 and time["x"][0] == 0 and time["x"][-1] == 599
+    assert all(t == 1767225600 + 60 * x * x for x, t in zip(time["x"], time["t"], strict=True))
 
 
 def test_report_html_keeps_positions_for_an_index_ts(tmp_path, capsys):

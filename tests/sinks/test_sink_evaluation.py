@@ -47,7 +47,8 @@ def _detector_run(n=120, cp=60, alarms_a=(30, 63), alarms_b=(64,)):
 def test_detector_report_and_plots(tmp_path):
     inputs, outputs = _detector_run()
     sink = EvaluationSink(
-        tmp_path / "ev", annotations={"u1": [60], "u2": [58]}, name="t", operator="cs(alpha=0.01)"
+        tmp_path / "ev", annotations={"*": {"u1": [60], "u2": [58]}}, name="t",
+        operator="cs(alpha=0.01)",
     )
     sink.open()
     for start in range(0, len(outputs), 50):  # micro-batches, outputs before their inputs
@@ -59,8 +60,12 @@ def test_detector_report_and_plots(tmp_path):
     assert report == sink.report
     assert report["name"] == "t" and report["operator"] == "cs(alpha=0.01)"
     assert report["annotations"] == "shared by all keys"
+    assert "keys" not in report  # per-key detail is in keys.jsonl
+    assert report["keys_file"] == str(tmp_path / "ev" / "keys.jsonl")
+    keys = sink.key_reports()
+    assert list(keys) == ["a", "b"] and keys["a"]["key"] == "a"
 
-    a = report["keys"]["a"]
+    a = keys["a"]
     assert a["n_records"] == 120
     det = a["detector"]
     # positions in the key's own series, not the global offsets
@@ -73,7 +78,7 @@ def test_detector_report_and_plots(tmp_path):
     # 120 samples minus 58..63 (6 pending samples), one false alarm
     assert det["detection"]["average_run_length"] == 114.0
 
-    b = report["keys"]["b"]["detector"]
+    b = keys["b"]["detector"]
     assert b["alarms"] == [64] and b["detection"]["average_run_length"] is None  # infinite
 
     agg = report["aggregate"]["detector"]
@@ -87,11 +92,17 @@ def test_detector_report_and_plots(tmp_path):
     for name in ("series.png", "statistic.png"):
         assert (tmp_path / "ev" / name).read_bytes()[:8] == PNG_MAGIC
     assert "plot_errors" not in report
-    assert report["keys"]["a"]["alarms"] == [30, 63]
+    assert keys["a"]["alarms"] == [30, 63]
+    assert keys["a"]["alarm_ts"] == [60.0, 126.0]  # the inputs' ts at those positions
+    assert report["alarmed_keys"] == [
+        {"key": "a", "alarms": 2, "first_alarm": 30, "first_alarm_ts": 60.0},
+        {"key": "b", "alarms": 1, "first_alarm": 64, "first_alarm_ts": 129.0}]
     assert report["summary"] == {
         "records": 240,
         "keys": 2,
         "alarms": 3,
+        "keys_with_alarms": 2,
+        "labelled_keys": 2,
         "f1": agg["f1"],
         "f1_1pct": agg["f1_1pct"],
         "precision": agg["precision"],
@@ -113,9 +124,14 @@ def test_annotations_per_key_and_missing(tmp_path):
     sink.close()
     report = sink.report
     assert report["annotations"] == "per key"
-    assert report["keys"]["a"]["detector"]["f1"] is not None
-    assert report["keys"]["b"]["detector"]["f1"] is None  # key b has no annotations
+    keys = sink.key_reports()
+    assert keys["a"]["detector"]["f1"] is not None
+    assert "detector" not in keys["b"]  # key b has no annotations: not scored
+    assert keys["b"]["alarms"] == [64]
     assert report["aggregate"]["detector"]["n_annotated"] == 1
+    # b's alarm is no false alarm: without labels an alarm is neither false nor true
+    assert report["aggregate"]["detector"]["detection"]["n_false_alarms"] == \
+        keys["a"]["detector"]["detection"]["n_false_alarms"]
     assert report["plots"] == []
     assert not list(tmp_path.glob("*.png"))
 
@@ -127,7 +143,7 @@ def test_without_inputs_positions_count_outputs(tmp_path):
     sink = EvaluationSink(tmp_path, annotations=[10])
     sink.write(outputs)
     sink.close()
-    det = sink.report["keys"]["7"]["detector"]
+    det = sink.key_reports()["7"]["detector"]
     assert det["n"] == 20 and det["alarms"] == [12]
     assert det["detection"]["delays"] == [2]
     assert [p.rsplit("/", 1)[-1] for p in sink.report["plots"]] == []  # no series, no statistic
@@ -143,9 +159,9 @@ def test_matrix_inputs_and_unplottable_values(tmp_path):
     sink.write(outputs)
     sink.write_inputs(inputs)
     sink.close()
-    entry = sink.report["keys"]["m"]
+    entry = sink.key_reports()["m"]
     assert entry["unmatched_outputs"] == 1
-    assert entry["detector"]["alarms"] == [20]
+    assert entry["alarms"] == [20] and "detector" not in entry  # no labels: not scored
     assert (tmp_path / "series.png").exists() and not (tmp_path / "statistic.png").exists()
 
 
@@ -184,7 +200,7 @@ def test_learner_report(tmp_path):
     assert main["average_accuracy"] == pytest.approx((0.5 + 0.75) / 2)
     assert learner["y_pred_hare"]["accuracy"] == 1.0
     assert learner["y_pred_hare"]["forgetting"] is None  # no evaluation after task 1
-    assert report["keys"]["L"]["learner"]["y_pred"]["accuracy"] == main["accuracy"]
+    assert sink.key_reports()["L"]["learner"]["y_pred"]["accuracy"] == main["accuracy"]
     assert (tmp_path / "accuracy.png").read_bytes()[:8] == PNG_MAGIC
     assert sink.summary()["accuracy"] == main["accuracy"]
     assert report["summary"]["forgetting"] == pytest.approx(0.5)
@@ -205,9 +221,13 @@ def test_evaluate_detector_and_merge():
     assert r["f1"] == pytest.approx(20 / 27)
     assert r["covering"] is not None and r["n_alarms"] == 2
     assert evaluate_detector([3], [5, 500], n=10)["change_points"] == [5]
+    # Unknown labels (None, {}): nothing is scored, no alarm is a false alarm (issue 24, 2d).
     none = evaluate_detector([3], None, n=10)
-    assert none["f1"] is None and none["detection"]["average_run_length"] == 10.0
-    assert math.isinf(evaluate_detector([], {}, n=10)["detection"]["average_run_length"])
+    assert none["f1"] is None and none["detection"] is None
+    assert evaluate_detector([], {}, n=10)["detection"] is None
+    # No change at all ([]): every alarm is false; none means an infinite run length.
+    assert evaluate_detector([3], [], n=10)["detection"]["average_run_length"] == 10.0
+    assert math.isinf(evaluate_detector([], [], n=10)["detection"]["average_run_length"])
     assert merge_change_points({"a": [10, 20], "b": [15, 21, 40]}, margin=5) == [10, 20, 40]
     assert merge_change_points(None) == []
 
@@ -229,7 +249,7 @@ def test_parameters_are_validated(tmp_path):
 def test_located_changes_are_scored_next_to_alarms(tmp_path):
     from shiftwatch.sinks.evaluation import EvaluationSink as Sink
 
-    sink = Sink(tmp_path, annotations={"a": [50, 120]}, plots=True)
+    sink = Sink(tmp_path, annotations={"s": [50, 120]}, plots=True)
     sink.open()
     inputs = [{"key": "s", "offset": i, "value": float(i >= 50)} for i in range(200)]
     # A dead-lettered input at offset 10 has no output: the detector counts 199 records, so
@@ -247,7 +267,7 @@ def test_located_changes_are_scored_next_to_alarms(tmp_path):
         outs.append(o)
     sink.write(outs)
     sink.close()
-    det = sink.report["keys"]["s"]["detector"]
+    det = sink.key_reports()["s"]["detector"]
     assert det["f1"] < 1.0  # detected 10 and 20 records late: outside the margin
     loc = det["location"]
     assert loc["located"] == [50, 120] and loc["f1"] == 1.0 and loc["mean_abs_error"] == 0.0
@@ -269,13 +289,13 @@ def test_location_error_and_unmatched_locations(tmp_path):
     sink.write([{"key": 1, "offset": i, "alarm": i == 35, **({"change_at": 500} if i == 35
                                                             else {})} for i in range(50)])
     sink.close()
-    loc = sink.report["keys"]["1"]["detector"]["location"]
+    loc = sink.key_reports()["1"]["detector"]["location"]
     assert loc["located"] == [] and loc["unmatched_locations"] == 1
     no_loc = Sink(tmp_path / "b", annotations=[30], plots=False)
     no_loc.open()
     no_loc.write([{"key": 1, "offset": i, "alarm": i == 35} for i in range(50)])
     no_loc.close()
-    assert "location" not in no_loc.report["keys"]["1"]["detector"]
+    assert "location" not in no_loc.key_reports()["1"]["detector"]
     assert "located_f1" not in no_loc.report["summary"]
 
 
@@ -353,13 +373,16 @@ def test_long_keys_are_cut_in_the_plot_titles(tmp_path):
     sink._build_report()
     data = list(sink._plot_data.items())
     for draw in (plot_series, plot_statistic):
-        titles = [ax.get_title(loc="left") for ax in draw(data, 6, "run").axes]
+        full = [ax.get_title(loc="left") for ax in draw(data, 6, "run").axes]
+        assert all(t.endswith(": 1 alarm, the first at position 40") for t in full)
+        titles = [t.split(": ")[0] for t in full]
         assert max(len(t) for t in titles) <= len("key ") + 60
         assert len(set(titles)) == 3 and titles[2] == "key short"  # the long two stay apart
         assert titles[0].startswith("key kkk") and "\u2026#" in titles[0]
     sink.close()
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert sorted(map(len, report["keys"])) == [5, 1_000_001, 1_000_001]  # data keep the keys
+    keys = [json.loads(line)["key"] for line in
+            (tmp_path / "run" / "keys.jsonl").read_text().splitlines()]
+    assert sorted(map(len, keys)) == [5, 1_000_001, 1_000_001]  # data keep the keys
 
 
 def test_long_keys_are_cut_in_report_html(tmp_path):
