@@ -166,7 +166,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
 
         quiet_kafka_logs(args.debug)
-        source_opts["client"] = {**client_defaults(), **(source_opts.get("client") or {})}
+        source_opts["client"] = {**client_defaults(args.connect_timeout),
+                                 **(source_opts.get("client") or {})}
     with user_input():
         source = open_source(args.source, **source_opts)
     annotations = getattr(source, "annotations", None)
@@ -316,8 +317,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
 
     quiet_kafka_logs(args.debug)
+    if args.connect_timeout is not None:  # the option, then the file, then the environment
+        config.kafka.update(client_defaults(args.connect_timeout))
     for k, v in client_defaults().items():  # a bounded wait for the cluster
         config.kafka.setdefault(k, v)
+    args.waited_s = config.kafka["bootstrap_timeout_ms"] / 1000  # for the unreachable line
     return run_pipeline(config, stages=args.stage or None, idle_exit_s=args.exit_when_idle,
                         reset_state=_reset_state(args.reset_state))
 
@@ -392,7 +396,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         summary = produce_source(source, args.topic, args.bootstrap or default_bootstrap(),
                                  key_field=key_field, rate=args.rate, partitions=args.partitions,
                                  progress=not args.no_progress, dead_letters=dead,
-                                 client=client_defaults(), limit=args.limit)
+                                 client=client_defaults(args.connect_timeout),
+                                 limit=args.limit)
     finally:
         if dead is not None:
             dead.close()
@@ -484,6 +489,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 
 
+def _seconds(text: str) -> float:
+    """argparse type of ``--connect-timeout``: seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be seconds > 0, got {text!r}")
+    return value
+
+
+#: Help of --connect-timeout, shared by the Kafka commands.
+_CONNECT_HELP = ("seconds to wait for a first broker before stopping with one line (default: "
+                 "$SHIFTWATCH_CONNECT_TIMEOUT, else 10)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="shiftwatch",
@@ -523,6 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
                    help="address the metrics port listens on (default 127.0.0.1, this machine "
                         "only; 0.0.0.0 for every interface)")
+    r.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS",
+                   help=_CONNECT_HELP + " (kafka: sources)")
     r.set_defaults(func=cmd_replay, stages=None)
 
     k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "
@@ -548,6 +571,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "when assigned and start them afresh from the group's committed "
                         "offset: the way out of a damaged changelog or one written with "
                         "other operator parameters")
+    k.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS",
+                   help=_CONNECT_HELP + "; overrides kafka.bootstrap_timeout_ms")
     k.add_argument("--quiet", action="store_true", help="log warnings only")
     k.set_defaults(func=cmd_run)
 
@@ -628,7 +653,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the source's unreadable lines here (JSON lines)")
     pr.add_argument("--no-progress", action="store_true",
                     help="do not show the progress bar on stderr")
+    pr.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS", help=_CONNECT_HELP)
     pr.set_defaults(func=cmd_produce)
+
 
     s = sub.add_parser("sources", help="list source kinds and shipped data sets")
     s.set_defaults(func=cmd_sources)
@@ -665,7 +692,9 @@ def main(argv: list[str] | None = None) -> int:
         if is_unreachable(exc):  # no broker answered within the bounded wait: one line
             hint = ("give its address in the source: kafka:TOPIC?bootstrap=HOST:PORT"
                     if args.command == "replay" else None)
-            print(f"shiftwatch: error: {unreachable_message(exc, hint)}", file=sys.stderr)
+            waited = getattr(args, "waited_s", None) or getattr(args, "connect_timeout", None)
+            print(f"shiftwatch: error: {unreachable_message(exc, hint, waited)}",
+                  file=sys.stderr)
             return EXIT_USAGE
         import traceback
 

@@ -7,7 +7,7 @@ to one topic; stages chain through topics::
     pipeline: sensors                  # group ids and internal topics derive from it
     kafka:
       bootstrap_servers: ${KAFKA_BOOTSTRAP:-localhost:9092}
-      security_protocol: SASL_SSL      # any kafka-python security setting passes through
+      security_protocol: SASL_SSL      # every kafka-python client setting passes through
     guarantee: at-least-once           # or exactly-once (default of every stage)
     metrics: {port: 9400}              # /metrics, /healthz, /readyz (shiftwatch.deploy.
                                        # observability); stalls_before_unhealthy: 3
@@ -38,6 +38,7 @@ bootstrap address and credentials in containers).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -56,22 +57,104 @@ __all__ = [
     "OperatorSpec",
     "load_pipeline",
     "parse_pipeline",
-    "CLIENT_SETTINGS",
+    "STAGE_SETTINGS",
+    "PYTHON_OBJECT_SETTINGS",
+    "kafka_settings",
+    "client_settings",
     "GUARANTEES",
     "COMPRESSION_TYPES",
 ]
 
 GUARANTEES = ("at-least-once", "exactly-once")
 
-#: kafka-python client settings a pipeline's ``kafka:`` section may set (connection and
-#: security); they are passed unchanged to every consumer, producer and admin client.
-CLIENT_SETTINGS = (
-    "bootstrap_servers", "client_id", "security_protocol", "ssl_check_hostname", "ssl_cafile",
-    "ssl_certfile", "ssl_keyfile", "ssl_crlfile", "ssl_password", "ssl_ciphers",
-    "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "sasl_kerberos_name",
-    "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "request_timeout_ms",
-    "api_version", "connections_max_idle_ms", "metadata_max_age_ms", "reconnect_backoff_ms",
-)
+#: Settings of the ``kafka:`` section the stage sets itself, or that have their own section
+#: (validated there, overridable per stage): refused in ``kafka:``, each with the reason.
+STAGE_SETTINGS = {
+    "group_id": "the stage's group id is <pipeline>.<stage>",
+    "group_instance_id": "every member of every stage would share one static member id",
+    "enable_auto_commit": "the stage commits an offset only after checkpointing up to it",
+    "auto_commit_interval_ms": "the stage commits an offset only after checkpointing up to it",
+    "isolation_level": "the stage reads read_committed with guarantee: exactly-once, "
+                       "read_uncommitted otherwise",
+    "transactional_id": "with guarantee: exactly-once the stage uses <group id>.<instance>",
+    "acks": "a checkpoint waits for outputs acknowledged by all in-sync replicas (acks=all)",
+    "key_deserializer": "the stage reads message bytes", "value_deserializer":
+    "the stage reads message bytes", "key_serializer": "the stage writes message bytes",
+    "value_serializer": "the stage writes message bytes",
+    "max_poll_records": "set batch.max_records",
+    **{k: f"set consumer.{k} (per stage if need be)" for k in (
+        "max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
+        "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes")},
+    **{k: f"set producer.{k} (per stage if need be)" for k in (
+        "compression_type", "max_request_size", "linger_ms", "batch_size")},
+}
+#: kafka-python settings whose values are Python objects (callables, classes, sockets), which
+#: a YAML file cannot give: refused in ``kafka:``.
+PYTHON_OBJECT_SETTINGS = ("default_offset_commit_callback", "kafka_client", "metric_reporters",
+                          "partition_assignment_strategy", "partitioner",
+                          "sasl_oauth_token_provider", "selector", "ssl_context")
+#: The Kafka clients a stage makes, by kafka-python class.
+CLIENTS = {"consumer": "KafkaConsumer", "producer": "KafkaProducer", "admin": "KafkaAdminClient"}
+
+
+@functools.cache
+def kafka_settings() -> dict[str, tuple[str, ...]]:
+    """client -> the settings kafka-python's client takes from a pipeline's ``kafka:``: the
+    keys of its ``DEFAULT_CONFIG``, less :data:`STAGE_SETTINGS` and
+    :data:`PYTHON_OBJECT_SETTINGS`. Read from the installed kafka-python, so that every
+    setting it accepts passes through.
+
+    >>> "bootstrap_timeout_ms" in kafka_settings()["admin"]
+    True
+    >>> "ssl_ciphers" in kafka_settings()["consumer"], "ssl_ciphers" in kafka_settings()["admin"]
+    (True, False)
+    """
+    import kafka
+
+    refused = set(STAGE_SETTINGS) | set(PYTHON_OBJECT_SETTINGS)
+    return {client: tuple(sorted(set(getattr(kafka, cls).DEFAULT_CONFIG) - refused))
+            for client, cls in CLIENTS.items()}
+
+
+def client_settings(kafka: Mapping[str, Any], client: str) -> dict:
+    """The settings of a pipeline's ``kafka:`` section that kafka-python's ``client``
+    (``consumer``, ``producer`` or ``admin``) takes; a setting only some clients know goes to
+    those only (``ssl_ciphers``: consumers and producers).
+
+    >>> client_settings({"bootstrap_servers": "k:9092", "ssl_ciphers": "ALL"}, "admin")
+    {'bootstrap_servers': 'k:9092'}
+    """
+    known = kafka_settings()[client]
+    return {k: v for k, v in kafka.items() if k in known}
+
+
+def _kafka_section(kafka: Mapping, err) -> dict:
+    """Check a pipeline's ``kafka:`` section: what kafka-python accepts passes, a setting the
+    stage sets itself is refused with why, anything else with the list of settings."""
+    accepted = sorted(set().union(*kafka_settings().values()))
+    for k in kafka:
+        if k in STAGE_SETTINGS:
+            raise err(f"kafka: {k} is set by the stage, not here: {STAGE_SETTINGS[k]}")
+        if k in PYTHON_OBJECT_SETTINGS:
+            raise err(f"kafka: {k} takes a Python object, which a pipeline file cannot give")
+        if k not in accepted:
+            raise err(f"kafka: unknown key {k!r}; kafka-python's client settings: "
+                      f"{', '.join(accepted)}")
+    out = dict(kafka)
+    t = out.get("bootstrap_timeout_ms")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t <= 0):
+        raise err(f"kafka: bootstrap_timeout_ms must be a positive integer (milliseconds), "
+                  f"got {t!r}")
+    version = out.get("api_version")
+    if isinstance(version, (list, str)):  # kafka-python compares it as a tuple: (2, 5, 0)
+        try:
+            parts = version.split(".") if isinstance(version, str) else version
+            out["api_version"] = tuple(int(p) for p in parts)
+        except (TypeError, ValueError):
+            raise err(f"kafka: api_version must be a version such as [2, 5, 0] or '2.5.0', "
+                      f"got {version!r}") from None
+    return out
+
 
 _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", "consumer",
              "producer", "metrics", "stages")
@@ -249,8 +332,7 @@ checkpoint, batch, consumer, producer, dedupe, upstream
     kafka = data.get("kafka") or {}
     if not isinstance(kafka, Mapping):
         raise err("'kafka' must be a mapping of client settings")
-    _unknown(kafka, CLIENT_SETTINGS, "kafka", err)
-    kafka = dict(kafka)
+    kafka = _kafka_section(kafka, err)
     kafka.setdefault("bootstrap_servers", "localhost:9092")
     defaults = {sec: _section(data.get(sec), sec, "top level", dict(_DEFAULTS[sec]), err)
                 for sec in ("checkpoint", "batch", "consumer", "producer", "topics", "metrics")}

@@ -57,7 +57,7 @@ from shiftwatch.deploy.kafka.changelog import ChangelogError, ChangelogReader
 from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, StateLoadError
 from shiftwatch.deploy.kafka.connect import Outage, SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.dedupe import Deduper, end_slack
-from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
+from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig, client_settings
 from shiftwatch.operators.codec import encode_record
 from shiftwatch.operators.records import DeadLetter
 
@@ -144,7 +144,7 @@ class StageRunner:
         """
         from kafka import KafkaAdminClient
 
-        admin = KafkaAdminClient(**self.client)
+        admin = KafkaAdminClient(**client_settings(self.client, "admin"))
         try:
             parts = self._partition_counts(admin, [self.stage.input, self.stage.output,
                                                    self.changelog, self.dlq])
@@ -195,7 +195,8 @@ class StageRunner:
         self._back_at = float("-inf")  # when it reached it again
         c = self.stage.consumer
         self._consumer = KafkaConsumer(
-            **self.client, group_id=self.group_id, enable_auto_commit=False,
+            **client_settings(self.client, "consumer"), group_id=self.group_id,
+            enable_auto_commit=False,
             auto_offset_reset=c["auto_offset_reset"],
             max_poll_interval_ms=c["max_poll_interval_ms"],
             session_timeout_ms=c["session_timeout_ms"],
@@ -214,12 +215,13 @@ class StageRunner:
             else pr["compression_type"]}
         if self.eos:
             extra["transactional_id"] = f"{self.group_id}.{self.instance}"
-        self._producer = KafkaProducer(**self.client, **extra)
+        self._producer = KafkaProducer(**client_settings(self.client, "producer"), **extra)
         if self.eos:
             self._producer.init_transactions()
         self.checkpointer.producer = self._producer
         self.checkpointer.consumer = self._consumer
-        self._reader = ChangelogReader(self.client, self.changelog, read_committed=self.eos)
+        self._reader = ChangelogReader(client_settings(self.client, "consumer"),
+                                       self.changelog, read_committed=self.eos)
 
     def _drop_clients(self) -> None:
         """Close the clients without waiting for their work and forget them: after losing
