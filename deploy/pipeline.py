@@ -170,7 +170,7 @@ _SECTION_KEYS = {
     "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
                  "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes"),
     "producer": ("compression_type", "max_request_size", "linger_ms", "batch_size"),
-    "topics": ("create", "partitions", "replication_factor"),
+    "topics": ("create", "create_input", "partitions", "replication_factor"),
     "metrics": ("file", "interval_seconds", "port", "address", "stalls_before_unhealthy"),
 }
 _DEFAULTS: dict[str, dict[str, Any]] = {
@@ -183,7 +183,11 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     # dead letter is cut). Raise both together.
     "producer": {"compression_type": "none", "max_request_size": 1024 * 1024, "linger_ms": 10,
                  "batch_size": 256 * 1024},
-    "topics": {"create": False, "partitions": 1, "replication_factor": 1},
+    # create: the output, changelog and dead-letter topics (and an input another stage of
+    # the file writes); create_input: also an input nothing of the file writes (a typo'd
+    # name would otherwise be created silently and the stage idle)
+    "topics": {"create": False, "create_input": False, "partitions": 1,
+               "replication_factor": 1},
     "metrics": {"file": None, "interval_seconds": 10.0, "port": None, "address": "0.0.0.0",
                 "stalls_before_unhealthy": 3},
 }

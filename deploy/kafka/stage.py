@@ -57,6 +57,7 @@ from shiftwatch.deploy.kafka.changelog import ChangelogError, ChangelogReader
 from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, StateLoadError
 from shiftwatch.deploy.kafka.connect import Outage, SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.dedupe import Deduper, end_slack
+from shiftwatch.deploy.kafka.topics import missing_topic, not_created
 from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig, client_settings
 from shiftwatch.operators.codec import encode_record
 from shiftwatch.operators.records import DeadLetter
@@ -152,10 +153,14 @@ class StageRunner:
             create: dict[str, dict] = {}
             for t in (self.stage.input, self.stage.output):
                 if parts[t] is None:
-                    if not topics["create"]:
+                    fix = not_created(t, self.stage, self.config)
+                    if fix is not None and getattr(self, "_outage", None) is not None:
+                        # reconnecting to a cluster that came back empty: wait for the input
+                        raise SessionLost(f"input topic {t!r} is not on the cluster (yet)")
+                    if fix is not None:
                         raise PipelineError(
-                            f"{self.config.source}: stage {self.stage.name}: topic {t!r} does "
-                            "not exist (create it, or set topics: {create: true})")
+                            f"{self.config.source}: stage {self.stage.name}: "
+                            f"{missing_topic(t, admin.list_topics())}; {fix}")
                     create[t] = {"num_partitions": topics["partitions"],
                                  "replication_factor": topics["replication_factor"]}
             n_in = parts[self.stage.input] or topics["partitions"]

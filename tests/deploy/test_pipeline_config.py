@@ -193,3 +193,10 @@ def test_kafka_setting_values_that_the_stage_reads_are_checked():
     assert cfg.kafka["api_version"] == (2, 5, 0)
     cfg = parse_pipeline(_with(kafka={"bootstrap_servers": "k", "api_version": "2.5.0"}))
     assert cfg.kafka["api_version"] == (2, 5, 0)
+
+
+def test_topics_create_input_defaults_to_false():
+    cfg = parse_pipeline(_with(topics={"create": True}))
+    assert cfg.topics["create"] is True and cfg.topics["create_input"] is False
+    with pytest.raises(PipelineError, match="topics.create_input must be true or false"):
+        parse_pipeline(_with(topics={"create_input": "yes"}))
