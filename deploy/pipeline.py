@@ -62,6 +62,7 @@ __all__ = [
     "kafka_settings",
     "client_settings",
     "GUARANTEES",
+    "EMIT_CHOICES",
     "COMPRESSION_TYPES",
 ]
 
@@ -157,10 +158,13 @@ def _kafka_section(kafka: Mapping, err) -> dict:
 
 
 _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", "consumer",
-             "producer", "metrics", "stages")
+             "producer", "metrics", "emit", "stages")
 _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
                "ts", "guarantee", "checkpoint", "batch", "consumer", "producer", "dedupe",
-               "upstream")
+               "upstream", "emit")
+#: What a stage writes to its output topic: every output, or only those with ``alarm: true``
+#: (the dead letters, the checkpoints and the committed offsets are the same either way).
+EMIT_CHOICES = ("all", "alarms")
 #: What the stage's producer may compress with (kafka-python's codecs; each one's library
 #: is installed with shiftwatch).
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -226,6 +230,7 @@ class StageConfig:
     guarantee: str = "at-least-once"
     dedupe: bool = True
     upstream: str | None = None  # the topic input coordinates must name (dedupe)
+    emit: str = "all"  # or "alarms": only outputs with alarm: true go to the output topic
     checkpoint: dict = field(default_factory=lambda: dict(_DEFAULTS["checkpoint"]))
     batch: dict = field(default_factory=lambda: dict(_DEFAULTS["batch"]))
     consumer: dict = field(default_factory=lambda: dict(_DEFAULTS["consumer"]))
@@ -320,7 +325,7 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     ...
     shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
 allowed: name, input, output, operator, params, operators, value, key, ts, guarantee, \
-checkpoint, batch, consumer, producer, dedupe, upstream
+checkpoint, batch, consumer, producer, dedupe, upstream, emit
     """
     def err(msg: str) -> PipelineError:
         return PipelineError(f"{source}: {msg}")
@@ -341,13 +346,14 @@ checkpoint, batch, consumer, producer, dedupe, upstream
     defaults = {sec: _section(data.get(sec), sec, "top level", dict(_DEFAULTS[sec]), err)
                 for sec in ("checkpoint", "batch", "consumer", "producer", "topics", "metrics")}
     guarantee = _guarantee(data.get("guarantee", "at-least-once"), "top level", err)
+    emit = _emit(data.get("emit", "all"), "top level", err)
     stages_raw = data.get("stages")
     if not isinstance(stages_raw, list) or not stages_raw:
         raise err("'stages' must be a non-empty list of stages")
     stages: list[StageConfig] = []
     seen: set[str] = set()
     for i, raw in enumerate(stages_raw):
-        stage = _stage(raw, i, defaults, guarantee, err, build_operators)
+        stage = _stage(raw, i, defaults, guarantee, err, build_operators, emit)
         if stage.name in seen:
             raise err(f"stages[{i}]: duplicate stage name {stage.name!r}")
         seen.add(stage.name)
@@ -365,6 +371,13 @@ def _unknown(d: Mapping, allowed: tuple[str, ...], where: str, err) -> None:
     for k in d:
         if k not in allowed:
             raise err(f"{where}: unknown key {k!r}; allowed: {', '.join(allowed)}")
+
+
+def _emit(e: Any, where: str, err) -> str:
+    if e not in EMIT_CHOICES:
+        raise err(f"{where}: emit must be one of {', '.join(EMIT_CHOICES)} (every output, or "
+                  f"only those with alarm: true), got {e!r}")
+    return e
 
 
 def _guarantee(g: Any, where: str, err) -> str:
@@ -423,7 +436,7 @@ def _topic(v: Any, what: str, where: str, err) -> str:
 
 
 def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
-           build_operators: bool) -> StageConfig:
+           build_operators: bool, emit: str = "all") -> StageConfig:
     where = f"stages[{i}]"
     if not isinstance(raw, Mapping):
         raise err(f"{where}: a stage must be a mapping, got {type(raw).__name__}")
@@ -480,7 +493,8 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
     return StageConfig(name=name, input=inp, output=out, operators=specs, value=value, key=key,
                        ts=ts,
                        guarantee=_guarantee(raw.get("guarantee", guarantee), where, err),
-                       dedupe=dedupe, upstream=upstream, **sections)
+                       dedupe=dedupe, upstream=upstream,
+                       emit=_emit(raw.get("emit", emit), where, err), **sections)
 
 
 def _op_spec(o: Any, where: str, err) -> OperatorSpec:

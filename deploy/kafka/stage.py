@@ -674,7 +674,13 @@ class StageRunner:
         send = self._producer.send
         track = self.checkpointer.track
         output = self.stage.output
+        alarms_only = self.stage.emit == "alarms"
         for o, value in zip(result.outputs, encoded, strict=True):
+            if alarms_only and not o.get("alarm"):
+                # emit: alarms. Processed, in the state and committed like every input;
+                # only not written (outputs counts what reaches the output topic)
+                self.stats.outputs -= 1
+                continue
             off = o["offset"]
             m = by_offset.get(off)
             key = m.key if m is not None and m.key is not None else _key_bytes(o.get("key"))

@@ -195,6 +195,14 @@ def test_kafka_setting_values_that_the_stage_reads_are_checked():
     assert cfg.kafka["api_version"] == (2, 5, 0)
 
 
+def test_emit_per_stage_or_top_level():
+    assert parse_pipeline(GOOD).stages[0].emit == "all"
+    assert parse_pipeline(_with(emit="alarms")).stages[0].emit == "alarms"
+    assert parse_pipeline(_with({"emit": "all"}, emit="alarms")).stages[0].emit == "all"
+    with pytest.raises(PipelineError, match="emit must be one of all, alarms"):
+        parse_pipeline(_with({"emit": "alarm"}))
+
+
 def test_topics_create_input_defaults_to_false():
     cfg = parse_pipeline(_with(topics={"create": True}))
     assert cfg.topics["create"] is True and cfg.topics["create_input"] is False
