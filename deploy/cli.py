@@ -414,6 +414,24 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 130 if summary.interrupted else 0
 
 
+def cmd_consume(args: argparse.Namespace) -> int:
+    from shiftwatch.deploy.kafka.connect import client_defaults, default_bootstrap
+    from shiftwatch.deploy.kafka.connect import quiet_kafka_logs as _quiet
+    from shiftwatch.deploy.kafka.consume import consume_topic
+
+    if not args.from_beginning and not args.follow:
+        raise UserError(f"consume {args.topic}: without --follow it reads up to the end the "
+                        "topic has now, so from there nothing: add --from-beginning to read "
+                        "what the topic holds, or --follow to wait for new messages")
+    _quiet(args.debug)
+    summary = consume_topic(args.topic, args.bootstrap or default_bootstrap(),
+                            from_beginning=args.from_beginning, follow=args.follow,
+                            alarms_only=args.alarms_only, dedupe=args.dedupe, fmt=args.format,
+                            client=client_defaults(args.connect_timeout))
+    print(summary.line(), file=sys.stderr)
+    return 130 if summary.interrupted else 0
+
+
 def _history(source: Any, spec: str) -> Iterator[Any]:
     """The items of ``source`` for ``calibrate``, which runs inside :func:`user_input`.
 
@@ -656,6 +674,30 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS", help=_CONNECT_HELP)
     pr.set_defaults(func=cmd_produce)
 
+    cs = sub.add_parser("consume", help="print what a stage wrote (an output or dead-letter "
+                        "topic) as a table or JSON lines, duplicates of a restart dropped "
+                        "with --dedupe; no consumer group, nothing committed")
+    cs.add_argument("topic", help="the topic to read, e.g. sensors.alarms or "
+                    "<pipeline>.<stage>.dlq")
+    cs.add_argument("--bootstrap", metavar="HOST:PORT",
+                    help="the cluster (default: $KAFKA_BOOTSTRAP, else localhost:9092)")
+    cs.add_argument("--from-beginning", action="store_true",
+                    help="read from the start of every partition (default: from the end the "
+                         "topic has now, which needs --follow)")
+    cs.add_argument("--follow", action="store_true",
+                    help="keep reading new messages until Ctrl-C (default: stop at the end "
+                         "the topic had when consume started)")
+    cs.add_argument("--alarms-only", action="store_true",
+                    help="show only outputs with alarm: true")
+    cs.add_argument("--dedupe", action="store_true",
+                    help="drop outputs and dead letters repeating earlier input coordinates "
+                         "(what a stage writes again after a restart, at least once)")
+    cs.add_argument("--format", choices=["table", "jsonl"], default="table",
+                    help="table (default: key, time, located change, statistic, input "
+                         "coordinates; dead letters: origin, key, reason, raw) or jsonl (each "
+                         "record as the stage wrote it)")
+    cs.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS", help=_CONNECT_HELP)
+    cs.set_defaults(func=cmd_consume)
 
     s = sub.add_parser("sources", help="list source kinds and shipped data sets")
     s.set_defaults(func=cmd_sources)

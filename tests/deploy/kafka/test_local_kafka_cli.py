@@ -41,10 +41,11 @@ def _argv(command: str, bootstrap: str, tmp_path) -> list[str]:
                         "--no-progress"],
             "run": ["run", str(examples), "--bootstrap", bootstrap],
             "replay": ["replay", f"kafka:t?bootstrap={bootstrap}", "--operator", "river:ADWIN",
-                       "--out", str(tmp_path / "out"), "--quiet", "--no-plots"]}[command]
+                       "--out", str(tmp_path / "out"), "--quiet", "--no-plots"],
+            "consume": ["consume", "t", "--from-beginning", "--bootstrap", bootstrap]}[command]
 
 
-@pytest.mark.parametrize("command", ["produce", "run", "replay"])
+@pytest.mark.parametrize("command", ["produce", "run", "replay", "consume"])
 def test_unreachable_cluster_is_one_line_after_the_bounded_wait(command, capsys, monkeypatch,
                                                                  tmp_path):
     monkeypatch.setenv("SHIFTWATCH_CONNECT_TIMEOUT", "1.5")
@@ -64,7 +65,7 @@ def test_unreachable_cluster_is_one_line_after_the_bounded_wait(command, capsys,
     assert seconds < 12, seconds  # the bounded wait, not kafka-python's 30 s
 
 
-@pytest.mark.parametrize("command", ["produce", "run", "replay"])
+@pytest.mark.parametrize("command", ["produce", "run", "replay", "consume"])
 def test_connect_timeout_option_sets_the_wait(command, capsys, monkeypatch, tmp_path):
     """--connect-timeout wins over SHIFTWATCH_CONNECT_TIMEOUT (and, for run, over the
     pipeline's kafka.bootstrap_timeout_ms), and the one line says how long it waited."""
@@ -91,9 +92,15 @@ def test_connect_timeout_option_sets_the_wait(command, capsys, monkeypatch, tmp_
 
 def test_connect_timeout_option_is_checked(capsys):
     with pytest.raises(SystemExit) as info:
-        main(["produce", "synth:gaussian", "--topic", "t", "--connect-timeout", "0"])
+        main(["consume", "t", "--from-beginning", "--connect-timeout", "0"])
     assert info.value.code == 2
     assert "--connect-timeout: must be seconds > 0" in capsys.readouterr().err
+
+
+def test_consume_without_from_beginning_or_follow_is_one_line(capsys):
+    assert main(["consume", "sensors.alarms", "--bootstrap", "127.0.0.1:1"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--from-beginning" in line and "--follow" in line
 
 
 def test_connect_timeout_is_configurable_and_checked(monkeypatch):
