@@ -83,15 +83,18 @@ class ConsumeSummary:
 
 
 def format_ts(ts: Any) -> str:
-    """``ts`` for a table: UTC date and time when it holds epoch seconds (1900 to 2100), as
-    recorded otherwise.
+    """``ts`` for a table: UTC date and time when it holds epoch seconds of a plausible date
+    (:func:`~shiftwatch.sinks.time_axis.is_epoch_seconds`: 1900 to 2100, not an index near
+    0), as recorded otherwise.
 
     >>> format_ts(1767225600), format_ts(1767225630.5), format_ts(17.0), format_ts(None)
     ('2026-01-01 00:00', '2026-01-01 00:00:30.500', '17', '-')
     """
+    from shiftwatch.sinks.time_axis import is_epoch_seconds
+
     if isinstance(ts, bool) or not isinstance(ts, (int, float)):
         return "-" if ts is None else str(ts)
-    if -2_208_988_800 <= ts < 4_102_444_800:  # 1900-01-01 .. 2100-01-01
+    if is_epoch_seconds([ts]):
         d = datetime.fromtimestamp(ts, tz=timezone.utc)
         if d.microsecond:
             return d.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]

@@ -25,9 +25,13 @@ def look_alike(name: str, existing: Iterable[str], n: int = 5) -> list[str]:
     ['sensors.raw']
     """
     names = sorted({t for t in existing if t != name and not t.startswith(_INTERNAL)})
-    lower = {t.lower(): t for t in names}
-    close = difflib.get_close_matches(name.lower(), list(lower), n=n, cutoff=0.6)
-    return [lower[t] for t in close]
+    scored = sorted(((difflib.SequenceMatcher(None, name.lower(), t.lower()).ratio(), t)
+                     for t in names), key=lambda st: -st[0])
+    if not scored or scored[0][0] < 0.6:
+        return []
+    # Topics of one pipeline share a prefix: only those about as close as the closest
+    best = scored[0][0]
+    return [t for score, t in scored[:n] if score >= max(0.6, best - 0.1)]
 
 
 def missing_topic(name: str, existing: Iterable[str]) -> str:
