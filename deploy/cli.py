@@ -180,7 +180,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
 
         quiet_kafka_logs(args.debug)
-        source_opts["client"] = {**client_defaults(), **(source_opts.get("client") or {})}
+        source_opts["client"] = {**client_defaults(args.connect_timeout),
+                                 **(source_opts.get("client") or {})}
     with user_input():
         source = open_source(args.source, **source_opts)
     annotations = getattr(source, "annotations", None)
@@ -352,8 +353,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
 
     quiet_kafka_logs(args.debug)
+    if args.connect_timeout is not None:  # the option, then the file, then the environment
+        config.kafka.update(client_defaults(args.connect_timeout))
     for k, v in client_defaults().items():  # a bounded wait for the cluster
         config.kafka.setdefault(k, v)
+    args.waited_s = config.kafka["bootstrap_timeout_ms"] / 1000  # for the unreachable line
     return run_pipeline(config, stages=args.stage or None, idle_exit_s=args.exit_when_idle,
                         reset_state=_reset_state(args.reset_state))
 
@@ -428,7 +432,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         summary = produce_source(source, args.topic, args.bootstrap or default_bootstrap(),
                                  key_field=key_field, rate=args.rate, partitions=args.partitions,
                                  progress=not args.no_progress, dead_letters=dead,
-                                 client=client_defaults(), limit=args.limit)
+                                 client=client_defaults(args.connect_timeout),
+                                 limit=args.limit)
     finally:
         if dead is not None:
             dead.close()
@@ -442,6 +447,24 @@ def cmd_produce(args: argparse.Namespace) -> int:
               + (f"; first at {first}" if first else ""))
     if dead is not None and _print_failed({str(dead.path): dead.error} if dead.error else {}):
         return EXIT_USAGE
+    return 130 if summary.interrupted else 0
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from shiftwatch.deploy.kafka.connect import client_defaults, default_bootstrap
+    from shiftwatch.deploy.kafka.connect import quiet_kafka_logs as _quiet
+    from shiftwatch.deploy.kafka.consume import consume_topic
+
+    if not args.from_beginning and not args.follow:
+        raise UserError(f"consume {args.topic}: without --follow it reads up to the end the "
+                        "topic has now, so from there nothing: add --from-beginning to read "
+                        "what the topic holds, or --follow to wait for new messages")
+    _quiet(args.debug)
+    summary = consume_topic(args.topic, args.bootstrap or default_bootstrap(),
+                            from_beginning=args.from_beginning, follow=args.follow,
+                            alarms_only=args.alarms_only, dedupe=args.dedupe, fmt=args.format,
+                            client=client_defaults(args.connect_timeout))
+    print(summary.line(), file=sys.stderr)
     return 130 if summary.interrupted else 0
 
 
@@ -527,6 +550,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 
 
+def _seconds(text: str) -> float:
+    """argparse type of ``--connect-timeout``: seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be seconds > 0, got {text!r}")
+    return value
+
+
+#: Help of --connect-timeout, shared by the Kafka commands.
+_CONNECT_HELP = ("seconds to wait for a first broker before stopping with one line (default: "
+                 "$SHIFTWATCH_CONNECT_TIMEOUT, else 10)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="shiftwatch",
@@ -567,6 +606,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
                    help="address the metrics port listens on (default 127.0.0.1, this machine "
                         "only; 0.0.0.0 for every interface)")
+    r.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS",
+                   help=_CONNECT_HELP + " (kafka: sources)")
     r.set_defaults(func=cmd_replay, stages=None)
 
     k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "
@@ -592,6 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "when assigned and start them afresh from the group's committed "
                         "offset: the way out of a damaged changelog or one written with "
                         "other operator parameters")
+    k.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS",
+                   help=_CONNECT_HELP + "; overrides kafka.bootstrap_timeout_ms")
     k.add_argument("--quiet", action="store_true", help="log warnings only")
     k.set_defaults(func=cmd_run)
 
@@ -674,7 +717,33 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the source's unreadable lines here (JSON lines)")
     pr.add_argument("--no-progress", action="store_true",
                     help="do not show the progress bar on stderr")
+    pr.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS", help=_CONNECT_HELP)
     pr.set_defaults(func=cmd_produce)
+
+    cs = sub.add_parser("consume", help="print what a stage wrote (an output or dead-letter "
+                        "topic) as a table or JSON lines, duplicates of a restart dropped "
+                        "with --dedupe; no consumer group, nothing committed")
+    cs.add_argument("topic", help="the topic to read, e.g. sensors.alarms or "
+                    "<pipeline>.<stage>.dlq")
+    cs.add_argument("--bootstrap", metavar="HOST:PORT",
+                    help="the cluster (default: $KAFKA_BOOTSTRAP, else localhost:9092)")
+    cs.add_argument("--from-beginning", action="store_true",
+                    help="read from the start of every partition (default: from the end the "
+                         "topic has now, which needs --follow)")
+    cs.add_argument("--follow", action="store_true",
+                    help="keep reading new messages until Ctrl-C (default: stop at the end "
+                         "the topic had when consume started)")
+    cs.add_argument("--alarms-only", action="store_true",
+                    help="show only outputs with alarm: true")
+    cs.add_argument("--dedupe", action="store_true",
+                    help="drop outputs and dead letters repeating earlier input coordinates "
+                         "(what a stage writes again after a restart, at least once)")
+    cs.add_argument("--format", choices=["table", "jsonl"], default="table",
+                    help="table (default: key, time, located change, statistic, input "
+                         "coordinates; dead letters: origin, key, reason, raw) or jsonl (each "
+                         "record as the stage wrote it)")
+    cs.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS", help=_CONNECT_HELP)
+    cs.set_defaults(func=cmd_consume)
 
     s = sub.add_parser("sources", help="list source kinds and shipped data sets")
     s.set_defaults(func=cmd_sources)
@@ -711,7 +780,9 @@ def main(argv: list[str] | None = None) -> int:
         if is_unreachable(exc):  # no broker answered within the bounded wait: one line
             hint = ("give its address in the source: kafka:TOPIC?bootstrap=HOST:PORT"
                     if args.command == "replay" else None)
-            print(f"shiftwatch: error: {unreachable_message(exc, hint)}", file=sys.stderr)
+            waited = getattr(args, "waited_s", None) or getattr(args, "connect_timeout", None)
+            print(f"shiftwatch: error: {unreachable_message(exc, hint, waited)}",
+                  file=sys.stderr)
             return EXIT_USAGE
         import traceback
 

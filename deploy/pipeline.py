@@ -7,7 +7,7 @@ to one topic; stages chain through topics::
     pipeline: sensors                  # group ids and internal topics derive from it
     kafka:
       bootstrap_servers: ${KAFKA_BOOTSTRAP:-localhost:9092}
-      security_protocol: SASL_SSL      # any kafka-python security setting passes through
+      security_protocol: SASL_SSL      # every kafka-python client setting passes through
     guarantee: at-least-once           # or exactly-once (default of every stage)
     metrics: {port: 9400}              # /metrics, /healthz, /readyz (shiftwatch.deploy.
                                        # observability); stalls_before_unhealthy: 3
@@ -38,6 +38,7 @@ bootstrap address and credentials in containers).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -56,28 +57,114 @@ __all__ = [
     "OperatorSpec",
     "load_pipeline",
     "parse_pipeline",
-    "CLIENT_SETTINGS",
+    "STAGE_SETTINGS",
+    "PYTHON_OBJECT_SETTINGS",
+    "kafka_settings",
+    "client_settings",
     "GUARANTEES",
+    "EMIT_CHOICES",
     "COMPRESSION_TYPES",
 ]
 
 GUARANTEES = ("at-least-once", "exactly-once")
 
-#: kafka-python client settings a pipeline's ``kafka:`` section may set (connection and
-#: security); they are passed unchanged to every consumer, producer and admin client.
-CLIENT_SETTINGS = (
-    "bootstrap_servers", "client_id", "security_protocol", "ssl_check_hostname", "ssl_cafile",
-    "ssl_certfile", "ssl_keyfile", "ssl_crlfile", "ssl_password", "ssl_ciphers",
-    "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "sasl_kerberos_name",
-    "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "request_timeout_ms",
-    "api_version", "connections_max_idle_ms", "metadata_max_age_ms", "reconnect_backoff_ms",
-)
+#: Settings of the ``kafka:`` section the stage sets itself, or that have their own section
+#: (validated there, overridable per stage): refused in ``kafka:``, each with the reason.
+STAGE_SETTINGS = {
+    "group_id": "the stage's group id is <pipeline>.<stage>",
+    "group_instance_id": "every member of every stage would share one static member id",
+    "enable_auto_commit": "the stage commits an offset only after checkpointing up to it",
+    "auto_commit_interval_ms": "the stage commits an offset only after checkpointing up to it",
+    "isolation_level": "the stage reads read_committed with guarantee: exactly-once, "
+                       "read_uncommitted otherwise",
+    "transactional_id": "with guarantee: exactly-once the stage uses <group id>.<instance>",
+    "acks": "a checkpoint waits for outputs acknowledged by all in-sync replicas (acks=all)",
+    "key_deserializer": "the stage reads message bytes", "value_deserializer":
+    "the stage reads message bytes", "key_serializer": "the stage writes message bytes",
+    "value_serializer": "the stage writes message bytes",
+    "max_poll_records": "set batch.max_records",
+    **{k: f"set consumer.{k} (per stage if need be)" for k in (
+        "max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
+        "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes")},
+    **{k: f"set producer.{k} (per stage if need be)" for k in (
+        "compression_type", "max_request_size", "linger_ms", "batch_size")},
+}
+#: kafka-python settings whose values are Python objects (callables, classes, sockets), which
+#: a YAML file cannot give: refused in ``kafka:``.
+PYTHON_OBJECT_SETTINGS = ("default_offset_commit_callback", "kafka_client", "metric_reporters",
+                          "partition_assignment_strategy", "partitioner",
+                          "sasl_oauth_token_provider", "selector", "ssl_context")
+#: The Kafka clients a stage makes, by kafka-python class.
+CLIENTS = {"consumer": "KafkaConsumer", "producer": "KafkaProducer", "admin": "KafkaAdminClient"}
+
+
+@functools.cache
+def kafka_settings() -> dict[str, tuple[str, ...]]:
+    """client -> the settings kafka-python's client takes from a pipeline's ``kafka:``: the
+    keys of its ``DEFAULT_CONFIG``, less :data:`STAGE_SETTINGS` and
+    :data:`PYTHON_OBJECT_SETTINGS`. Read from the installed kafka-python, so that every
+    setting it accepts passes through.
+
+    >>> "bootstrap_timeout_ms" in kafka_settings()["admin"]
+    True
+    >>> "ssl_ciphers" in kafka_settings()["consumer"], "ssl_ciphers" in kafka_settings()["admin"]
+    (True, False)
+    """
+    import kafka
+
+    refused = set(STAGE_SETTINGS) | set(PYTHON_OBJECT_SETTINGS)
+    return {client: tuple(sorted(set(getattr(kafka, cls).DEFAULT_CONFIG) - refused))
+            for client, cls in CLIENTS.items()}
+
+
+def client_settings(kafka: Mapping[str, Any], client: str) -> dict:
+    """The settings of a pipeline's ``kafka:`` section that kafka-python's ``client``
+    (``consumer``, ``producer`` or ``admin``) takes; a setting only some clients know goes to
+    those only (``ssl_ciphers``: consumers and producers).
+
+    >>> client_settings({"bootstrap_servers": "k:9092", "ssl_ciphers": "ALL"}, "admin")
+    {'bootstrap_servers': 'k:9092'}
+    """
+    known = kafka_settings()[client]
+    return {k: v for k, v in kafka.items() if k in known}
+
+
+def _kafka_section(kafka: Mapping, err) -> dict:
+    """Check a pipeline's ``kafka:`` section: what kafka-python accepts passes, a setting the
+    stage sets itself is refused with why, anything else with the list of settings."""
+    accepted = sorted(set().union(*kafka_settings().values()))
+    for k in kafka:
+        if k in STAGE_SETTINGS:
+            raise err(f"kafka: {k} is set by the stage, not here: {STAGE_SETTINGS[k]}")
+        if k in PYTHON_OBJECT_SETTINGS:
+            raise err(f"kafka: {k} takes a Python object, which a pipeline file cannot give")
+        if k not in accepted:
+            raise err(f"kafka: unknown key {k!r}; kafka-python's client settings: "
+                      f"{', '.join(accepted)}")
+    out = dict(kafka)
+    t = out.get("bootstrap_timeout_ms")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t <= 0):
+        raise err(f"kafka: bootstrap_timeout_ms must be a positive integer (milliseconds), "
+                  f"got {t!r}")
+    version = out.get("api_version")
+    if isinstance(version, (list, str)):  # kafka-python compares it as a tuple: (2, 5, 0)
+        try:
+            parts = version.split(".") if isinstance(version, str) else version
+            out["api_version"] = tuple(int(p) for p in parts)
+        except (TypeError, ValueError):
+            raise err(f"kafka: api_version must be a version such as [2, 5, 0] or '2.5.0', "
+                      f"got {version!r}") from None
+    return out
+
 
 _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", "consumer",
-             "producer", "metrics", "stages")
+             "producer", "metrics", "emit", "stages")
 _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
                "ts", "guarantee", "checkpoint", "batch", "consumer", "producer", "dedupe",
-               "upstream")
+               "upstream", "emit")
+#: What a stage writes to its output topic: every output, or only those with ``alarm: true``
+#: (the dead letters, the checkpoints and the committed offsets are the same either way).
+EMIT_CHOICES = ("all", "alarms")
 #: What the stage's producer may compress with (kafka-python's codecs; each one's library
 #: is installed with shiftwatch).
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -87,7 +174,7 @@ _SECTION_KEYS = {
     "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
                  "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes"),
     "producer": ("compression_type", "max_request_size", "linger_ms", "batch_size"),
-    "topics": ("create", "partitions", "replication_factor"),
+    "topics": ("create", "create_input", "partitions", "replication_factor"),
     "metrics": ("file", "interval_seconds", "port", "address", "stalls_before_unhealthy"),
 }
 _DEFAULTS: dict[str, dict[str, Any]] = {
@@ -100,7 +187,11 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     # dead letter is cut). Raise both together.
     "producer": {"compression_type": "none", "max_request_size": 1024 * 1024, "linger_ms": 10,
                  "batch_size": 256 * 1024},
-    "topics": {"create": False, "partitions": 1, "replication_factor": 1},
+    # create: the output, changelog and dead-letter topics (and an input another stage of
+    # the file writes); create_input: also an input nothing of the file writes (a typo'd
+    # name would otherwise be created silently and the stage idle)
+    "topics": {"create": False, "create_input": False, "partitions": 1,
+               "replication_factor": 1},
     "metrics": {"file": None, "interval_seconds": 10.0, "port": None, "address": "0.0.0.0",
                 "stalls_before_unhealthy": 3},
 }
@@ -139,6 +230,7 @@ class StageConfig:
     guarantee: str = "at-least-once"
     dedupe: bool = True
     upstream: str | None = None  # the topic input coordinates must name (dedupe)
+    emit: str = "all"  # or "alarms": only outputs with alarm: true go to the output topic
     checkpoint: dict = field(default_factory=lambda: dict(_DEFAULTS["checkpoint"]))
     batch: dict = field(default_factory=lambda: dict(_DEFAULTS["batch"]))
     consumer: dict = field(default_factory=lambda: dict(_DEFAULTS["consumer"]))
@@ -233,7 +325,7 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     ...
     shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
 allowed: name, input, output, operator, params, operators, value, key, ts, guarantee, \
-checkpoint, batch, consumer, producer, dedupe, upstream
+checkpoint, batch, consumer, producer, dedupe, upstream, emit
     """
     def err(msg: str) -> PipelineError:
         return PipelineError(f"{source}: {msg}")
@@ -249,19 +341,19 @@ checkpoint, batch, consumer, producer, dedupe, upstream
     kafka = data.get("kafka") or {}
     if not isinstance(kafka, Mapping):
         raise err("'kafka' must be a mapping of client settings")
-    _unknown(kafka, CLIENT_SETTINGS, "kafka", err)
-    kafka = dict(kafka)
+    kafka = _kafka_section(kafka, err)
     kafka.setdefault("bootstrap_servers", "localhost:9092")
     defaults = {sec: _section(data.get(sec), sec, "top level", dict(_DEFAULTS[sec]), err)
                 for sec in ("checkpoint", "batch", "consumer", "producer", "topics", "metrics")}
     guarantee = _guarantee(data.get("guarantee", "at-least-once"), "top level", err)
+    emit = _emit(data.get("emit", "all"), "top level", err)
     stages_raw = data.get("stages")
     if not isinstance(stages_raw, list) or not stages_raw:
         raise err("'stages' must be a non-empty list of stages")
     stages: list[StageConfig] = []
     seen: set[str] = set()
     for i, raw in enumerate(stages_raw):
-        stage = _stage(raw, i, defaults, guarantee, err, build_operators)
+        stage = _stage(raw, i, defaults, guarantee, err, build_operators, emit)
         if stage.name in seen:
             raise err(f"stages[{i}]: duplicate stage name {stage.name!r}")
         seen.add(stage.name)
@@ -279,6 +371,13 @@ def _unknown(d: Mapping, allowed: tuple[str, ...], where: str, err) -> None:
     for k in d:
         if k not in allowed:
             raise err(f"{where}: unknown key {k!r}; allowed: {', '.join(allowed)}")
+
+
+def _emit(e: Any, where: str, err) -> str:
+    if e not in EMIT_CHOICES:
+        raise err(f"{where}: emit must be one of {', '.join(EMIT_CHOICES)} (every output, or "
+                  f"only those with alarm: true), got {e!r}")
+    return e
 
 
 def _guarantee(g: Any, where: str, err) -> str:
@@ -337,7 +436,7 @@ def _topic(v: Any, what: str, where: str, err) -> str:
 
 
 def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
-           build_operators: bool) -> StageConfig:
+           build_operators: bool, emit: str = "all") -> StageConfig:
     where = f"stages[{i}]"
     if not isinstance(raw, Mapping):
         raise err(f"{where}: a stage must be a mapping, got {type(raw).__name__}")
@@ -394,7 +493,8 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
     return StageConfig(name=name, input=inp, output=out, operators=specs, value=value, key=key,
                        ts=ts,
                        guarantee=_guarantee(raw.get("guarantee", guarantee), where, err),
-                       dedupe=dedupe, upstream=upstream, **sections)
+                       dedupe=dedupe, upstream=upstream,
+                       emit=_emit(raw.get("emit", emit), where, err), **sections)
 
 
 def _op_spec(o: Any, where: str, err) -> OperatorSpec:

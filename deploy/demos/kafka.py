@@ -200,24 +200,12 @@ def _reasons(reasons, first: dict | None) -> str:
 
 
 def _alarm_table(alarms: list[dict], stream, max_rows: int) -> None:
+    """The alarms as ``shiftwatch consume --alarms-only`` shows them."""
     if not alarms:
         return
-    from datetime import datetime, timezone
+    from shiftwatch.deploy.kafka.consume import ALARM_COLUMNS, output_row
 
-    def when(ts) -> str:
-        if not isinstance(ts, (int, float)):
-            return "-"
-        return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-
-    rows = [("key", "alarm at (UTC)", "change located at", "statistic", "input")]
-    for a in alarms[:max_rows]:
-        inp = a.get("input") or {}
-        stat = a.get("statistic")
-        at = a.get("change_at")
-        located = "-" if at is None else f"#{at} ({when(a.get('change_ts'))})"
-        rows.append((str(a.get("key")), when(a.get("ts")), located,
-                     f"{stat:.4g}" if isinstance(stat, (int, float)) else "-",
-                     f"{inp.get('topic')}[{inp.get('partition')}]@{inp.get('offset')}"))
+    rows = [ALARM_COLUMNS, *(output_row(a, alarms_only=True) for a in alarms[:max_rows])]
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(),

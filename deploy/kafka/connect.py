@@ -2,10 +2,11 @@
 
 kafka-python waits 30 s for a first broker by default, logging ERROR lines all the while,
 then raises ``KafkaTimeoutError: Unable to bootstrap ...``. The Kafka commands (``run``,
-``produce``, ``replay kafka:...``, ``demo --kafka``) give every client
-``bootstrap_timeout_ms`` from :func:`client_defaults` (``SHIFTWATCH_CONNECT_TIMEOUT`` seconds,
-10 by default; a pipeline's ``kafka.bootstrap_timeout_ms`` wins), keep the ``kafka`` logger
-quiet unless ``--debug``, and turn that error into one line by :func:`unreachable_message`.
+``produce``, ``consume``, ``replay kafka:...``, ``demo --kafka``) give every client
+``bootstrap_timeout_ms`` from :func:`client_defaults` (``--connect-timeout SECONDS``, else a
+pipeline's ``kafka.bootstrap_timeout_ms``, else ``SHIFTWATCH_CONNECT_TIMEOUT`` seconds, else
+10), keep the ``kafka`` logger quiet unless ``--debug``, and turn that error into one line by
+:func:`unreachable_message`.
 
 Losing the cluster later, while a stage runs, is :func:`lost_cluster`'s question: which
 kafka-python errors mean the cluster is gone or was replaced (the stage then reconnects for
@@ -88,7 +89,8 @@ def is_unreachable(exc: BaseException) -> bool:
         name == "KafkaTimeoutError" and "bootstrap" in str(exc).lower())
 
 
-def unreachable_message(exc: BaseException, hint: str | None = None) -> str:
+def unreachable_message(exc: BaseException, hint: str | None = None,
+                        timeout_s: float | None = None) -> str:
     """One line for an unreachable cluster: where, how long, and how to point elsewhere.
 
     >>> class KafkaTimeoutError(Exception): pass
@@ -98,13 +100,14 @@ def unreachable_message(exc: BaseException, hint: str | None = None) -> str:
     m = re.search(r"bootstrap from \[?([^\]]*)\]?", str(exc))
     where = m.group(1).replace("'", "").strip() if m else "the bootstrap address"
     try:
-        waited = f"{connect_timeout_s():g} s"
+        waited = f"{timeout_s if timeout_s is not None else connect_timeout_s():g} s"
     except ValueError:
         waited = "the connect timeout"
     hint = hint or ("give the broker's address with --bootstrap HOST:PORT or the "
                     "KAFKA_BOOTSTRAP environment variable")
     return (f"no Kafka broker answered at {where} within {waited}; {hint} "
-            "(`shiftwatch broker` starts a local one; SHIFTWATCH_CONNECT_TIMEOUT sets the wait)")
+            "(`shiftwatch broker` starts a local one; --connect-timeout SECONDS or "
+            "SHIFTWATCH_CONNECT_TIMEOUT sets the wait)")
 
 
 class SessionLost(RuntimeError):

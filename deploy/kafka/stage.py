@@ -57,7 +57,8 @@ from shiftwatch.deploy.kafka.changelog import ChangelogError, ChangelogReader
 from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, StateLoadError
 from shiftwatch.deploy.kafka.connect import Outage, SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.dedupe import Deduper, end_slack
-from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
+from shiftwatch.deploy.kafka.topics import missing_topic, not_created
+from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig, client_settings
 from shiftwatch.operators.codec import encode_record
 from shiftwatch.operators.records import DeadLetter
 
@@ -144,7 +145,7 @@ class StageRunner:
         """
         from kafka import KafkaAdminClient
 
-        admin = KafkaAdminClient(**self.client)
+        admin = KafkaAdminClient(**client_settings(self.client, "admin"))
         try:
             parts = self._partition_counts(admin, [self.stage.input, self.stage.output,
                                                    self.changelog, self.dlq])
@@ -152,10 +153,14 @@ class StageRunner:
             create: dict[str, dict] = {}
             for t in (self.stage.input, self.stage.output):
                 if parts[t] is None:
-                    if not topics["create"]:
+                    fix = not_created(t, self.stage, self.config)
+                    if fix is not None and getattr(self, "_outage", None) is not None:
+                        # reconnecting to a cluster that came back empty: wait for the input
+                        raise SessionLost(f"input topic {t!r} is not on the cluster (yet)")
+                    if fix is not None:
                         raise PipelineError(
-                            f"{self.config.source}: stage {self.stage.name}: topic {t!r} does "
-                            "not exist (create it, or set topics: {create: true})")
+                            f"{self.config.source}: stage {self.stage.name}: "
+                            f"{missing_topic(t, admin.list_topics())}; {fix}")
                     create[t] = {"num_partitions": topics["partitions"],
                                  "replication_factor": topics["replication_factor"]}
             n_in = parts[self.stage.input] or topics["partitions"]
@@ -195,7 +200,8 @@ class StageRunner:
         self._back_at = float("-inf")  # when it reached it again
         c = self.stage.consumer
         self._consumer = KafkaConsumer(
-            **self.client, group_id=self.group_id, enable_auto_commit=False,
+            **client_settings(self.client, "consumer"), group_id=self.group_id,
+            enable_auto_commit=False,
             auto_offset_reset=c["auto_offset_reset"],
             max_poll_interval_ms=c["max_poll_interval_ms"],
             session_timeout_ms=c["session_timeout_ms"],
@@ -214,12 +220,13 @@ class StageRunner:
             else pr["compression_type"]}
         if self.eos:
             extra["transactional_id"] = f"{self.group_id}.{self.instance}"
-        self._producer = KafkaProducer(**self.client, **extra)
+        self._producer = KafkaProducer(**client_settings(self.client, "producer"), **extra)
         if self.eos:
             self._producer.init_transactions()
         self.checkpointer.producer = self._producer
         self.checkpointer.consumer = self._consumer
-        self._reader = ChangelogReader(self.client, self.changelog, read_committed=self.eos)
+        self._reader = ChangelogReader(client_settings(self.client, "consumer"),
+                                       self.changelog, read_committed=self.eos)
 
     def _drop_clients(self) -> None:
         """Close the clients without waiting for their work and forget them: after losing
@@ -667,7 +674,13 @@ class StageRunner:
         send = self._producer.send
         track = self.checkpointer.track
         output = self.stage.output
+        alarms_only = self.stage.emit == "alarms"
         for o, value in zip(result.outputs, encoded, strict=True):
+            if alarms_only and not o.get("alarm"):
+                # emit: alarms. Processed, in the state and committed like every input;
+                # only not written (outputs counts what reaches the output topic)
+                self.stats.outputs -= 1
+                continue
             off = o["offset"]
             m = by_offset.get(off)
             key = m.key if m is not None and m.key is not None else _key_bytes(o.get("key"))

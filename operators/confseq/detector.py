@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 from numba import types
-from river import base as river_base
 
 from shiftwatch.operators.confseq.kernels import (
     B_BATCHES,
@@ -51,6 +50,7 @@ from shiftwatch.operators.confseq.kernels import (
     cs_hull_step,
     long_run_burn_step,
 )
+from shiftwatch.operators.drift_detector import NotANumber, RiverDriftDetector, real_number
 from shiftwatch.operators.records import MAX_ABS, BadInput, as_scalar
 
 __all__ = ["ConfSeqDetector", "CS_CHOICES", "N_LAMBDAS", "SCALE_CHOICES", "LONG_RUN_BATCHES"]
@@ -94,7 +94,7 @@ def _compile_steps() -> list:
     return _STEPS
 
 
-class ConfSeqDetector(river_base.DriftDetector):
+class ConfSeqDetector(RiverDriftDetector):
     """Change detector that alarms when the confidence sequences started at all times disagree.
 
     A River drift detector (``update``, ``drift_detected``) exposing ``interval``, the current
@@ -536,9 +536,14 @@ class ConfSeqDetector(river_base.DriftDetector):
 
     def _check_many(self, xs: Any) -> np.ndarray:
         try:
-            arr = np.ascontiguousarray(np.asarray(xs, dtype=np.float64).reshape(-1))
+            arr = np.asarray(xs)
+            text = arr.dtype.kind in "USV"  # NumPy reads "1.0" as a number; update does not
+            if not text:
+                arr = np.ascontiguousarray(arr.astype(np.float64, copy=False).reshape(-1))
         except (TypeError, ValueError):
             raise BadInput("values are not a numeric array") from None
+        if text:
+            raise NotANumber("ConfSeqDetector: update_many takes numbers, not text")
         if not np.all(np.isfinite(arr)):
             raise BadInput(f"value at position {int(np.flatnonzero(~np.isfinite(arr))[0])} "
                            "is not finite")
@@ -603,6 +608,8 @@ class ConfSeqDetector(river_base.DriftDetector):
         self._update_slow(x)
 
     def _update_slow(self, x: Any) -> None:
+        if type(x) is not float:  # what River's detectors take, and refuse ("1.0", None)
+            x = real_number(x, "ConfSeqDetector")
         if type(x) is not float or not -MAX_ABS <= x <= MAX_ABS or (
                 self._bounded and not self.lower <= x <= self.upper):
             x = float(self._check(x))

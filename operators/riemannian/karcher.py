@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 from numba import njit
-from river.base import DriftDetector
 
+from shiftwatch.operators.drift_detector import RiverDriftDetector, refuse_text
 from shiftwatch.operators.records import BadInput
 from shiftwatch.operators.riemannian.base import Manifold
 from shiftwatch.operators.riemannian.grassmann import grassmann_dist, grassmann_step
@@ -220,7 +220,7 @@ def calibrate_threshold(statistics: Any, target_arl: float) -> float:
 # --------------------------------------------------------------------------------------
 
 
-class KarcherDetector(DriftDetector):
+class KarcherDetector(RiverDriftDetector):
     """Online change detection on a Riemannian manifold (Wang, Borsoi & Richard).
 
     Two stochastic-gradient estimates of the Karcher mean of the stream, ``P0`` with the
@@ -341,9 +341,6 @@ class KarcherDetector(DriftDetector):
                 "adapt_rate": self.adapt_rate, "adapt_k": self.adapt_k,
                 "target_arl": self.target_arl, "calibration": self.calibration,
                 "reset_on_alarm": self.reset_on_alarm, "warm_start": self.warm_start}
-
-    def clone(self, new_params: dict | None = None, include_attributes: bool = False):
-        return type(self)(**{**self._get_params(), **(new_params or {})})
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._get_params().items())
@@ -562,7 +559,9 @@ class KarcherDetector(DriftDetector):
 
     def update(self, x: Any) -> None:
         """Take one sample; raises BadInput (state untouched) for a value off the manifold
-        or one that would make the estimates overflow."""
+        or one that would make the estimates overflow; text is a ``TypeError`` too, as for
+        River's detectors."""
+        refuse_text(x, "KarcherDetector")
         point = self.validate(x)
         before = (self._restart, self._p0, self._p1, self._n, self._shape, self._seen)
         self._start_over_if_needed()

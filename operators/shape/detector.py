@@ -53,8 +53,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from river.base import DriftDetector
 
+from shiftwatch.operators.drift_detector import RiverDriftDetector, refuse_text
 from shiftwatch.operators.period import embed_params, progressive_period
 from shiftwatch.operators.records import BadInput
 from shiftwatch.operators.shape import kernels as K
@@ -79,7 +79,7 @@ def _int(v: Any) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, np.integer))
 
 
-class ShapeDetector(DriftDetector):
+class ShapeDetector(RiverDriftDetector):
     """Online detection of changes of shape, period or correlation (see the module docstring).
 
     Parameters
@@ -175,9 +175,6 @@ class ShapeDetector(DriftDetector):
 
     def _get_params(self) -> dict:
         return {k: getattr(self, k) for k in self._PARAMS}
-
-    def clone(self) -> ShapeDetector:
-        return type(self)(**self._get_params())
 
     def __repr__(self) -> str:
         return f"ShapeDetector({', '.join(f'{k}={v!r}' for k, v in self._get_params().items())})"
@@ -403,5 +400,7 @@ class ShapeDetector(DriftDetector):
         return min(n, self.burn_in)
 
     def update(self, x: Any) -> None:
-        """Take one value (number or vector); River's drift-detector interface."""
+        """Take one value (number or vector); River's drift-detector interface (text is a
+        ``TypeError``, as for River's detectors)."""
+        refuse_text(x, "ShapeDetector")
         self.update_many(np.asarray([x], dtype=np.float64))

@@ -101,3 +101,110 @@ def test_cli_run_bad_file_is_one_line_exit_2(tmp_path, capsys):
     assert "invalid YAML" in capsys.readouterr().err
     assert main(["run", str(tmp_path / "none.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# ---- the kafka: section (issue 24, item 7) ----------------------------------------------
+
+
+def test_bootstrap_timeout_ms_and_every_kafka_python_setting_pass_through():
+    """Everything kafka-python 3's clients accept (DEFAULT_CONFIG) passes, except what the
+    stage sets itself and what only Python can give; each client gets only its own."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+    from shiftwatch.deploy.pipeline import (
+        PYTHON_OBJECT_SETTINGS,
+        STAGE_SETTINGS,
+        client_settings,
+    )
+
+    cfg = parse_pipeline(_with(kafka={"bootstrap_servers": "k:9092",
+                                      "bootstrap_timeout_ms": 2500}))
+    assert cfg.kafka["bootstrap_timeout_ms"] == 2500
+    classes = {"consumer": KafkaConsumer, "producer": KafkaProducer, "admin": KafkaAdminClient}
+    every = {k: v for cls in classes.values() for k, v in cls.DEFAULT_CONFIG.items()}
+    passed = {k: v for k, v in every.items()
+              if k not in STAGE_SETTINGS and k not in PYTHON_OBJECT_SETTINGS}
+    assert {"ssl_ciphers", "client_rack", "delivery_timeout_ms", "fetch_min_bytes",
+            "retry_backoff_ms", "enable_idempotence"} <= set(passed)
+    cfg = parse_pipeline(_with(kafka=passed))
+    for client, cls in classes.items():
+        mine = client_settings(cfg.kafka, client)
+        assert set(mine) == set(passed) & set(cls.DEFAULT_CONFIG), client
+    assert "ssl_ciphers" not in client_settings(cfg.kafka, "admin")
+    assert "client_rack" in client_settings(cfg.kafka, "consumer")
+    assert "client_rack" not in client_settings(cfg.kafka, "producer")
+
+
+def test_admin_client_takes_what_the_kafka_section_gives_it():
+    """`ssl_ciphers` was allowed and given to the admin client too, which refused it
+    (KafkaConfigurationError: Unrecognized configs) before the stage started."""
+    import socket
+
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaConfigurationError
+
+    from shiftwatch.deploy.pipeline import client_settings
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = parse_pipeline(_with(kafka={"bootstrap_servers": f"127.0.0.1:{port}",
+                                      "ssl_ciphers": "ALL", "bootstrap_timeout_ms": 300}))
+    with pytest.raises(Exception) as info:  # nobody listens: not a configuration error
+        KafkaAdminClient(**client_settings(cfg.kafka, "admin"))
+    assert not isinstance(info.value, KafkaConfigurationError), info.value
+
+
+@pytest.mark.parametrize("key, words", [
+    ("group_id", "kafka: group_id is set by the stage, not here: the stage's group id is "
+                 "<pipeline>.<stage>"),
+    ("enable_auto_commit", "commits an offset only after checkpointing"),
+    ("transactional_id", "exactly-once"),
+    ("isolation_level", "read_committed"),
+    ("value_deserializer", "message bytes"),
+    ("max_poll_records", "batch.max_records"),
+    ("session_timeout_ms", "set consumer.session_timeout_ms"),
+    ("compression_type", "set producer.compression_type"),
+    ("linger_ms", "set producer.linger_ms"),
+    ("partitioner", "Python object"),
+])
+def test_settings_the_stage_sets_are_refused_with_why(key, words):
+    with pytest.raises(PipelineError) as info:
+        parse_pipeline(_with(kafka={"bootstrap_servers": "k", key: 1}), source="p.yaml")
+    text = str(info.value)
+    assert words in text and "\n" not in text
+
+
+def test_an_unknown_kafka_setting_lists_the_accepted_ones():
+    with pytest.raises(PipelineError) as info:
+        parse_pipeline(_with(kafka={"bootstrap_servers": "k", "bootstrap_timeout": 5}),
+                       source="p.yaml")
+    text = str(info.value)
+    assert text.startswith("p.yaml: kafka: unknown key 'bootstrap_timeout'; kafka-python's "
+                           "client settings: ") and "\n" not in text
+    assert "bootstrap_timeout_ms" in text and "sasl_plain_password" in text
+    assert "group_id" not in text.split("settings: ")[1].split(", ")
+
+
+def test_kafka_setting_values_that_the_stage_reads_are_checked():
+    with pytest.raises(PipelineError, match="bootstrap_timeout_ms must be a positive integer"):
+        parse_pipeline(_with(kafka={"bootstrap_servers": "k", "bootstrap_timeout_ms": "5s"}))
+    cfg = parse_pipeline(_with(kafka={"bootstrap_servers": "k", "api_version": [2, 5, 0]}))
+    assert cfg.kafka["api_version"] == (2, 5, 0)
+    cfg = parse_pipeline(_with(kafka={"bootstrap_servers": "k", "api_version": "2.5.0"}))
+    assert cfg.kafka["api_version"] == (2, 5, 0)
+
+
+def test_emit_per_stage_or_top_level():
+    assert parse_pipeline(GOOD).stages[0].emit == "all"
+    assert parse_pipeline(_with(emit="alarms")).stages[0].emit == "alarms"
+    assert parse_pipeline(_with({"emit": "all"}, emit="alarms")).stages[0].emit == "all"
+    with pytest.raises(PipelineError, match="emit must be one of all, alarms"):
+        parse_pipeline(_with({"emit": "alarm"}))
+
+
+def test_topics_create_input_defaults_to_false():
+    cfg = parse_pipeline(_with(topics={"create": True}))
+    assert cfg.topics["create"] is True and cfg.topics["create_input"] is False
+    with pytest.raises(PipelineError, match="topics.create_input must be true or false"):
+        parse_pipeline(_with(topics={"create_input": "yes"}))

@@ -33,19 +33,24 @@ def _one_error_line(err: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("command", ["produce", "run", "replay"])
-def test_unreachable_cluster_is_one_line_after_the_bounded_wait(command, capsys, monkeypatch,
-                                                                 tmp_path):
+def _argv(command: str, bootstrap: str, tmp_path) -> list[str]:
     from pathlib import Path
 
-    monkeypatch.setenv("SHIFTWATCH_CONNECT_TIMEOUT", "1.5")
-    bootstrap = f"127.0.0.1:{_closed_port()}"
     examples = Path(__file__).resolve().parents[3] / ROOT_EXAMPLES
-    argv = {"produce": ["produce", "synth:gaussian", "--topic", "t", "--bootstrap", bootstrap,
+    return {"produce": ["produce", "synth:gaussian", "--topic", "t", "--bootstrap", bootstrap,
                         "--no-progress"],
             "run": ["run", str(examples), "--bootstrap", bootstrap],
             "replay": ["replay", f"kafka:t?bootstrap={bootstrap}", "--operator", "river:ADWIN",
-                       "--out", str(tmp_path / "out"), "--quiet", "--no-plots"]}[command]
+                       "--out", str(tmp_path / "out"), "--quiet", "--no-plots"],
+            "consume": ["consume", "t", "--from-beginning", "--bootstrap", bootstrap]}[command]
+
+
+@pytest.mark.parametrize("command", ["produce", "run", "replay", "consume"])
+def test_unreachable_cluster_is_one_line_after_the_bounded_wait(command, capsys, monkeypatch,
+                                                                 tmp_path):
+    monkeypatch.setenv("SHIFTWATCH_CONNECT_TIMEOUT", "1.5")
+    bootstrap = f"127.0.0.1:{_closed_port()}"
+    argv = _argv(command, bootstrap, tmp_path)
     t0 = time.monotonic()
     rc = main(argv)
     seconds = time.monotonic() - t0
@@ -58,6 +63,44 @@ def test_unreachable_cluster_is_one_line_after_the_bounded_wait(command, capsys,
     else:
         assert "--bootstrap" in line and "KAFKA_BOOTSTRAP" in line
     assert seconds < 12, seconds  # the bounded wait, not kafka-python's 30 s
+
+
+@pytest.mark.parametrize("command", ["produce", "run", "replay", "consume"])
+def test_connect_timeout_option_sets_the_wait(command, capsys, monkeypatch, tmp_path):
+    """--connect-timeout wins over SHIFTWATCH_CONNECT_TIMEOUT (and, for run, over the
+    pipeline's kafka.bootstrap_timeout_ms), and the one line says how long it waited."""
+    import yaml
+
+    monkeypatch.setenv("SHIFTWATCH_CONNECT_TIMEOUT", "30")
+    bootstrap = f"127.0.0.1:{_closed_port()}"
+    argv = _argv(command, bootstrap, tmp_path)
+    if command == "run":
+        from pathlib import Path
+
+        doc = yaml.safe_load((Path(__file__).resolve().parents[3] / ROOT_EXAMPLES).read_text())
+        doc["kafka"] = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": 25000}
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+        argv[1] = str(tmp_path / "p.yaml")
+    t0 = time.monotonic()
+    rc = main([*argv, "--connect-timeout", "1.5"])
+    seconds = time.monotonic() - t0
+    assert rc == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert bootstrap in line and "within 1.5 s" in line and "--connect-timeout" in line
+    assert seconds < 12, seconds
+
+
+def test_connect_timeout_option_is_checked(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["consume", "t", "--from-beginning", "--connect-timeout", "0"])
+    assert info.value.code == 2
+    assert "--connect-timeout: must be seconds > 0" in capsys.readouterr().err
+
+
+def test_consume_without_from_beginning_or_follow_is_one_line(capsys):
+    assert main(["consume", "sensors.alarms", "--bootstrap", "127.0.0.1:1"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--from-beginning" in line and "--follow" in line
 
 
 def test_connect_timeout_is_configurable_and_checked(monkeypatch):
