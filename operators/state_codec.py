@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["encode_state", "decode_state", "dumps_state", "loads_state",
-           "register_state_extension"]
+           "register_state_extension", "apply_state_patch"]
 
 
 _ND = "__ndarray__"
@@ -151,3 +151,76 @@ def dumps_state(state: Any) -> bytes:
 def loads_state(data: bytes | str) -> Any:
     """Inverse of :func:`dumps_state`."""
     return decode_state(json.loads(data))
+
+
+def apply_state_patch(state: Any, patch: Any) -> Any:
+    """Apply a state patch (what an operator's ``state_patch`` returns) to a decoded state.
+
+    A patch is a list of operations on the decoded state (dicts, lists, NumPy arrays), each
+    with a ``path`` (dict keys and list indices from the root):
+
+    * ``["set", path, value]``: replace the value at ``path``;
+    * ``["append", path, rows, keep]``: the array (or list) at ``path`` followed by ``rows``
+      along its first axis, of which only the last ``keep`` are kept (a bounded window that
+      got ``len(rows)`` new values).
+
+    Patches travel in the changelog as states do (:func:`encode_state`, arrays as base64
+    bytes), so applying one to the state it was computed against gives the operator's
+    state, bit for bit. Returns the patched state (the root itself is never replaced in
+    place by a ``set`` with an empty path). Raises ``ValueError`` for a malformed patch.
+
+    >>> s = {"n": 3, "w": {"values": np.array([1.0, 2.0, 3.0]), "count": 3}}
+    >>> s = apply_state_patch(s, [["set", ["n"], 4], ["set", ["w", "count"], 5],
+    ...                           ["append", ["w", "values"], np.array([4.0, 5.0]), 4]])
+    >>> s["n"], s["w"]["count"], s["w"]["values"].tolist()
+    (4, 5, [2.0, 3.0, 4.0, 5.0])
+    """
+    if not isinstance(patch, list):
+        raise ValueError(f"a state patch is a list of operations, not {type(patch).__name__}")
+    for op in patch:
+        try:
+            kind, path = op[0], op[1]
+            if not isinstance(path, list):
+                raise TypeError("path is not a list")
+            if not path:
+                if kind != "set" or len(op) != 3:
+                    raise ValueError("only 'set' may have an empty path")
+                state = op[2]
+                continue
+            parent = state
+            for part in path[:-1]:
+                parent = parent[part]
+            last = path[-1]
+            if kind == "set" and len(op) == 3:
+                if isinstance(parent, list) and not (isinstance(last, int)
+                                                     and 0 <= last < len(parent)):
+                    raise IndexError(f"index {last!r} of a list of {len(parent)}")
+                parent[last] = op[2]
+            elif kind == "append" and len(op) == 4:
+                old, rows, keep = parent[last], op[2], op[3]
+                if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+                    raise ValueError(f"keep must be an integer >= 0, got {keep!r}")
+                if isinstance(old, np.ndarray):
+                    rows = np.asarray(rows, dtype=old.dtype)
+                    if rows.shape[1:] != old.shape[1:]:
+                        raise ValueError(f"rows of shape {rows.shape[1:]} appended to an "
+                                         f"array of rows of shape {old.shape[1:]}")
+                    whole = np.concatenate([old, rows])
+                    parent[last] = np.ascontiguousarray(whole[len(whole) - keep:]) \
+                        if keep <= len(whole) else _too_few(keep, len(whole))
+                elif isinstance(old, list):
+                    whole = [*old, *rows]
+                    parent[last] = whole[len(whole) - keep:] if keep <= len(whole) else \
+                        _too_few(keep, len(whole))
+                else:
+                    raise TypeError(f"cannot append to {type(old).__name__}")
+            else:
+                raise ValueError(f"unknown patch operation {kind!r} of {len(op)} fields")
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ValueError(f"state patch operation {str(op)[:80]} does not apply: "
+                             f"{type(exc).__name__}: {exc}") from None
+    return state
+
+
+def _too_few(keep: int, have: int):
+    raise ValueError(f"keep {keep} of {have} values")

@@ -381,6 +381,40 @@ class RiverDetector(Operator):
         else:
             self._detector = detectors[0]
 
+    def patch_token(self) -> tuple | None:
+        """What :meth:`state_patch` needs later about this version of the state (None
+        before the first record)."""
+        if self._shape is None:
+            return None
+        window = self._window
+        # the window itself too: a patch applies only to the same window's later version
+        return (self._shape, window, None if window is None else window.patch_token())
+
+    def state_patch(self, token: tuple | None) -> list | None:
+        """Patch operations that turn :meth:`state_dict` as of ``token``
+        (:meth:`patch_token`) into the current one, or None (write the whole state).
+
+        The detectors are written whole (River's ADWIN is a few hundred bytes of buckets);
+        the locate window, up to ``locate_window`` values and their ``ts``, only with the
+        values pushed since (:meth:`~shiftwatch.operators.locate.ValueWindow.state_patch`).
+        :func:`~shiftwatch.operators.state_codec.apply_state_patch` of the patch on the old
+        state_dict (decoded) gives this state_dict exactly; the Kafka changelog uses it to
+        write what changed (see :mod:`shiftwatch.deploy.kafka.changelog`).
+        """
+        if token is None or self._shape is None or token[0] != self._shape:
+            return None
+        window = self._window
+        if window is not token[1]:
+            return None
+        dets = self._all_detectors()
+        ops: list = [["set", ["state", "detectors"], [encode_object(d) for d in dets]]]
+        if window is not None:
+            w_ops = window.state_patch(token[2], ["state", "window"])
+            if w_ops is None:
+                return None
+            ops.extend(w_ops)
+        return ops
+
     # ---- processing -----------------------------------------------------------------
 
     def _read(self, record: Mapping) -> tuple[tuple, Any]:
