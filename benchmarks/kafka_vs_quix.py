@@ -542,6 +542,8 @@ def main() -> None:
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" /
                                             "kafka_vs_quix.md"))
     ap.add_argument("--title", default="Before (issue 25)")
+    ap.add_argument("--no-warmup", dest="warmup", action="store_false",
+                    help="skip the throw-away run of every process before the rounds")
     ap.add_argument("--raw-loop", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.raw_loop:
@@ -577,6 +579,19 @@ def main() -> None:
                   f"{sum(map(len, refs['cusum'].values()))}"
                   + (f", cs {sum(map(len, refs['cs'].values()))}" if "cs" in refs else ""),
                   flush=True)
+        if args.warmup:
+            # one small throw-away run of every process first: Numba's cache, RocksDB, the
+            # OS's file cache and the broker warmed for all alike (not in the table)
+            n_w, k_w = 3000, 16
+            topic = f"warm-{uuid.uuid4().hex[:6]}"
+            records = make_records(n_w, k_w, seed=1)
+            produce_input(bootstrap, topic, records)
+            streams = key_streams(records)
+            refs = {d: reference_alarms(streams, d) for d in ("adwin", "cusum", "cs")}
+            for v in variants:
+                r = one_run(bootstrap, topic, n_w, k_w, v, work, refs)
+                print(f"warm-up {v[0]:>10} {v[1]:>10}: {r['records_per_s']:,.0f}/s, out/in "
+                      f"{r['outputs_per_input']:.4f}", flush=True)
         for rnd in range(args.rounds):
             for n, keys in sizes:
                 topic, refs = inputs[(n, keys)]
