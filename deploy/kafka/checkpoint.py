@@ -326,20 +326,21 @@ class Checkpointer:
         """A key's bytes for checkpoint ``cid`` and what they patch (``WHOLE``: nothing): a
         patch of its previous version when its operator offers one and the key's chain
         has room, else its whole state. Remembers this version for the next patch."""
-        token_of = getattr(kop, "patch_token", None)
+        patch_of = getattr(kop, "state_patch", None)
         base = bases.get(ref)
-        if token_of is None:
+        if patch_of is None:
             return key_state_bytes(kop), WHOLE
         if not whole and base is not None and base.obj is kop and base.patches < MAX_PATCHES:
-            patch = kop.state_patch(base.token)
+            patch, token = patch_of(base.token)
             if patch is not None:
                 data = state_bytes(patch)
                 if base.patch_bytes + len(data) <= PATCH_BUDGET * base.whole:
-                    bases[ref] = _Base(cid, kop, token_of(), base.whole, base.patches + 1,
+                    bases[ref] = _Base(cid, kop, token, base.whole, base.patches + 1,
                                        base.patch_bytes + len(data))
                     return data, base.id
-        data = key_state_bytes(kop)
-        bases[ref] = _Base(cid, kop, token_of(), len(data))
+        state, token = kop.state_with_token()
+        data = state_bytes(state)
+        bases[ref] = _Base(cid, kop, token, len(data))
         return data, WHOLE
 
     @staticmethod

@@ -8,7 +8,12 @@ import pytest
 
 from shiftwatch.operators import create
 from shiftwatch.operators.locate import ValueWindow
-from shiftwatch.operators.state_codec import apply_state_patch, dumps_state, loads_state
+from shiftwatch.operators.state_codec import (
+    apply_state_patch,
+    diff_state,
+    dumps_state,
+    loads_state,
+)
 
 
 def _walk(op, records, rng, locate=True):
@@ -20,13 +25,17 @@ def _walk(op, records, rng, locate=True):
         op.process_batch(records[i:i + k])
         i += k
         whole = dumps_state(op.state_dict())
+        state, tok = op.state_with_token()
+        assert dumps_state(state) == whole
         if base is not None:
-            patch = op.state_patch(token)
+            patch, tok2 = op.state_patch(token)
             if patch is not None:
-                got = apply_state_patch(loads_state(base), loads_state(dumps_state(patch)))
+                data = dumps_state(patch)
+                got = apply_state_patch(loads_state(base), loads_state(data))
                 assert dumps_state(got) == whole
+                assert len(data) < len(whole)
                 applied += 1
-        base, token = whole, op.patch_token()
+        base, token = whole, tok
     return applied
 
 
@@ -41,7 +50,7 @@ def test_patch_of_the_previous_version_gives_the_state(detector, params):
     recs = [{"value": float(v), **({"ts": float(j)} if j > 150 and j % 11 else {})}
             for j, v in enumerate(x)]
     op = create(detector, **params)
-    assert op.patch_token() is None and op.state_patch(None) is None
+    assert op.state_with_token()[1] is None and op.state_patch(None) == (None, None)
     assert _walk(op, recs, rng) > 10
 
 
@@ -52,9 +61,9 @@ def test_vector_values_and_a_window_that_overflows():
     recs = [{"ts": float(j), "value": v.tolist()} for j, v in enumerate(x)]
     assert _walk(op, recs, rng) > 3
     # more values than the window holds since the token: no patch (it would be no smaller)
-    token = op.patch_token()
+    token = op.state_with_token()[1]
     op.process_batch(recs[:40])
-    assert op.state_patch(token) is None
+    assert op.state_patch(token)[0] is None
 
 
 def test_a_patch_is_only_for_the_same_operator_and_window():
@@ -62,11 +71,11 @@ def test_a_patch_is_only_for_the_same_operator_and_window():
     recs = [{"ts": float(j), "value": float(j % 5)} for j in range(30)]
     a.process_batch(recs[:10])
     b.process_batch(recs[:5])
-    token = a.patch_token()
+    token = a.state_with_token()[1]
     b.process_batch(recs[5:20])  # b's count passes a's: still not a's window
-    assert b.state_patch(token) is None
+    assert b.state_patch(token)[0] is None
     a.load_state_dict(a.state_dict())  # a new window object
-    assert a.state_patch(token) is None
+    assert a.state_patch(token)[0] is None
 
 
 def test_window_patch_after_drop_and_empty():
@@ -95,3 +104,15 @@ def test_apply_state_patch_refuses_what_does_not_apply():
             apply_state_patch(s, patch)
     assert apply_state_patch(s, [["append", ["a"], [3], 2]])["a"] == [2, 3]
     assert apply_state_patch(s, [["set", [], 7]]) == 7
+
+
+def test_diff_state_is_exact_on_floats_and_odd_strings():
+    import base64
+
+    old = {"x": 0.0, "l": [1, 2.5, True], "s": "A" * 100, "b": base64.b64encode(bytes(90)).decode()}
+    new = {"x": -0.0, "l": [1, 2.5, 1], "s": "B" * 100, "b": base64.b64encode(bytes(80)).decode()}
+    ops = diff_state(old, new)
+    got = apply_state_patch(loads_state(dumps_state(old)), loads_state(dumps_state(ops)))
+    assert dumps_state(got) == dumps_state(new)
+    assert repr(got["x"]) == "-0.0" and got["l"][2] == 1 and got["l"][2] is not True
+    assert diff_state(new, new) == []
