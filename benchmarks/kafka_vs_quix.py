@@ -85,12 +85,20 @@ VARIANTS = [
     ("cusum", "shiftwatch", "cs", None),
     ("cusum", "quix", "cusum", None),
     ("raw", "raw", None, None),
+    # not in the default set: the stage without its locate window (the same state as the
+    # Quix app's, ADWIN alone), against the Quix ADWIN app
+    ("adwin-nolocate", "shiftwatch", "river:ADWIN", None),
+    ("adwin-nolocate", "quix", "adwin", None),
 ]
+#: Operator parameters of a variant's shiftwatch stage.
+PARAMS = {"adwin-nolocate": {"locate": False}}
 ROW_NAMES = {
     "adwin": "`river:ADWIN` stage vs Quix ADWIN app (default checkpoints / commits)",
     "adwin-1000": "`river:ADWIN`, checkpoint every 1,000 vs Quix `commit_every=1000`",
     "cusum": "`cs` stage vs Quix app with a plain per-key CUSUM in JSON state",
     "raw": "raw kafka-python consume -> produce loop vs Quix CUSUM",
+    "adwin-nolocate": "`river:ADWIN` with `locate: false` (no location window) vs Quix ADWIN "
+                      "app",
 }
 
 
@@ -250,7 +258,7 @@ class Watched:
 
 
 def run_shiftwatch(bootstrap: str, topic: str, operator: str, every: int | None,
-                   work: Path) -> tuple[Watched, dict, dict]:
+                   work: Path, params: dict | None = None) -> tuple[Watched, dict, dict]:
     name = f"sw{uuid.uuid4().hex[:8]}"
     doc = {"pipeline": name, "kafka": {"bootstrap_servers": bootstrap},
            "topics": {"create": True, "partitions": PARTITIONS},
@@ -259,7 +267,7 @@ def run_shiftwatch(bootstrap: str, topic: str, operator: str, every: int | None,
            "consumer": {"max_poll_interval_ms": 3000, "session_timeout_ms": 3000,
                         "heartbeat_interval_ms": 1000},
            "stages": [{"name": "detect", "input": topic, "output": f"{name}.out",
-                       "operator": operator}]}
+                       "operator": operator, "params": params or {}}]}
     if every is not None:
         doc["checkpoint"] = {"every_records": every}
     path = work / f"{name}.yaml"
@@ -425,7 +433,8 @@ def one_run(bootstrap: str, topic: str, n: int, keys: int, variant: tuple, work:
     name, system, det, every = variant
     before = list_topics(bootstrap)
     if system == "shiftwatch":
-        w, tinfo, extra = run_shiftwatch(bootstrap, topic, det, every, work)
+        w, tinfo, extra = run_shiftwatch(bootstrap, topic, det, every, work,
+                                         PARAMS.get(name))
     elif system == "quix":
         w, tinfo, extra = run_quix(bootstrap, topic, det, every, work)
     else:
@@ -482,7 +491,7 @@ def summarize(runs: list[dict], sizes: list[tuple[int, int]]) -> list[str]:
                   "state sw / Quix | outputs per input sw / Quix | alarms = local River/ref, "
                   "both |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-        for variant in ("adwin", "adwin-1000", "cusum", "raw"):
+        for variant in ("adwin", "adwin-1000", "cusum", "raw", "adwin-nolocate"):
             sw_sys = "raw" if variant == "raw" else "shiftwatch"
             qv = "cusum" if variant == "raw" else variant
             sw, q = get(variant, sw_sys), get(qv, "quix")
@@ -595,9 +604,14 @@ def main() -> None:
         for rnd in range(args.rounds):
             for n, keys in sizes:
                 topic, refs = inputs[(n, keys)]
-                order = variants if rnd % 2 == 0 else [
-                    v for pair in zip(variants[1::2], variants[0::2], strict=False) for v in pair
-                ] + ([variants[-1]] if len(variants) % 2 else [])
+                # the runs of one comparison side by side; their order flips every round
+                groups: list[list] = []
+                for v in variants:
+                    if groups and groups[-1][0][0] == v[0]:
+                        groups[-1].append(v)
+                    else:
+                        groups.append([v])
+                order = [v for g in groups for v in (g if rnd % 2 == 0 else g[::-1])]
                 for v in order:
                     r = one_run(bootstrap, topic, n, keys, v, work, refs)
                     r["round"] = rnd
