@@ -669,7 +669,8 @@ def main() -> None:
         out.write_text(head.rstrip("\n") + "\n\n" + text + (("\n## " + rest) if sep else ""))
         raw = out.with_suffix(".json")
         prev = json.loads(raw.read_text()) if raw.exists() else {}
-        prev[f"{args.title} {datetime.fromtimestamp(t_start):%Y-%m-%d %H:%M}"] = runs
+        prev[f"{args.title} {datetime.fromtimestamp(t_start):%Y-%m-%d %H:%M}"] = [
+            {k: v for k, v in r.items() if k != "alarm_positions"} for r in runs]
         raw.write_text(json.dumps(prev, indent=0, default=str))
 
 
