@@ -169,7 +169,7 @@ EMIT_CHOICES = ("all", "alarms")
 #: is installed with shiftwatch).
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 _SECTION_KEYS = {
-    "checkpoint": ("every_records", "every_seconds", "chunk_bytes"),
+    "checkpoint": ("every_records", "every_seconds", "chunk_bytes", "patches"),
     "batch": ("max_records", "timeout_ms"),
     "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
                  "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes"),
@@ -178,7 +178,10 @@ _SECTION_KEYS = {
     "metrics": ("file", "interval_seconds", "port", "address", "stalls_before_unhealthy"),
 }
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "checkpoint": {"every_records": 10_000, "every_seconds": 10.0, "chunk_bytes": 512 * 1024},
+    # patches: keys whose operator offers state_patch (river:*) are written as what changed
+    # since their previous version, with a whole state now and then (deploy/kafka/changelog)
+    "checkpoint": {"every_records": 10_000, "every_seconds": 10.0, "chunk_bytes": 512 * 1024,
+                   "patches": True},
     "batch": {"max_records": 1000, "timeout_ms": 200},
     "consumer": {"max_poll_interval_ms": 300_000, "session_timeout_ms": 10_000,
                  "heartbeat_interval_ms": 3_000, "auto_offset_reset": "earliest"},

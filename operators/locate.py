@@ -340,6 +340,45 @@ class ValueWindow:
                     else None),
                 "ts": self._ts[order].copy() if self._ts is not None else None}
 
+    def patch_token(self) -> tuple:
+        """What :meth:`state_patch` needs to know about this version of the window later."""
+        return (self._count, self._count - self._size, self._ts is not None)
+
+    def state_patch(self, token: tuple, path: list) -> list | None:
+        """Patch operations (:func:`~shiftwatch.operators.state_codec.apply_state_patch`)
+        that turn :meth:`state_dict` as of ``token`` (:meth:`patch_token`) into the current
+        one: the values (and ``ts``) pushed since, appended, and the new count and size.
+        ``path`` is where the window's state_dict sits in the operator's state. None when
+        the values pushed since are not all held any more (a patch would be no smaller).
+
+        >>> from shiftwatch.operators.state_codec import apply_state_patch
+        >>> w = ValueWindow(capacity=4)
+        >>> w.push_many([1.0, 2.0, 3.0])
+        >>> old, token = w.state_dict(), w.patch_token()
+        >>> w.push_many([4.0, 5.0], ts=[14.0, 15.0])
+        >>> new = apply_state_patch({"w": old}, w.state_patch(token, ["w"]))["w"]
+        >>> new["values"].tolist(), new["ts"].tolist()[-2:], new["count"], new["size"]
+        ([2.0, 3.0, 4.0, 5.0], [14.0, 15.0], 5, 4)
+        """
+        count0, start0, had_ts = token
+        k = self._count - count0
+        if k < 0 or self.start < start0 or k > self._size or (had_ts and self._ts is None):
+            return None
+        size = self._size
+        ops: list = [["set", [*path, "count"], self._count], ["set", [*path, "size"], size]]
+        idx = np.arange(self._count - k, self._count) % self._phys if k else \
+            np.empty(0, dtype=np.int64)
+        if self.keep_values:
+            ops.append(["append", [*path, "values"], self._buf[idx].copy() if k else
+                        np.zeros((0,) if self.dim == 0 else (0, self.dim)), size])
+        if self._ts is not None:
+            if had_ts:
+                ops.append(["append", [*path, "ts"], self._ts[idx].copy() if k else
+                            np.zeros(0), size])
+            else:
+                ops.append(["set", [*path, "ts"], self._ts[self._order()].copy()])
+        return ops
+
     @classmethod
     def from_state_dict(cls, state: Mapping) -> ValueWindow:
         """Rebuild a window from :meth:`state_dict` (ValueError if inconsistent)."""

@@ -9,8 +9,10 @@ bytes). Extensions (River internals, torch tensors) plug in with
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import math
+import zlib
 from binascii import b2a_base64
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["encode_state", "decode_state", "dumps_state", "loads_state",
-           "register_state_extension"]
+           "register_state_extension", "apply_state_patch", "diff_state"]
 
 
 _ND = "__ndarray__"
@@ -151,3 +153,172 @@ def dumps_state(state: Any) -> bytes:
 def loads_state(data: bytes | str) -> Any:
     """Inverse of :func:`dumps_state`."""
     return decode_state(json.loads(data))
+
+
+def apply_state_patch(state: Any, patch: Any) -> Any:
+    """Apply a state patch (what an operator's ``state_patch`` returns) to a decoded state.
+
+    A patch is a list of operations on the decoded state (dicts, lists, NumPy arrays), each
+    with a ``path`` (dict keys and list indices from the root):
+
+    * ``["set", path, value]``: replace the value at ``path``;
+    * ``["append", path, rows, keep]``: the array (or list) at ``path`` followed by ``rows``
+      along its first axis, of which only the last ``keep`` are kept (a bounded window that
+      got ``len(rows)`` new values);
+    * ``["xor64", path, data, length]``: the string at ``path`` is base64 bytes (an encoded
+      array or blob) of which a few changed: the new bytes are the old ones (cut or padded
+      with zeros to ``length``) XOR the zlib-compressed ``data`` (base64), re-encoded (what
+      :func:`diff_state` writes for a long base64 string).
+
+    Patches travel in the changelog as states do (:func:`encode_state`, arrays as base64
+    bytes), so applying one to the state it was computed against gives the operator's
+    state, bit for bit. Returns the patched state (the root itself is never replaced in
+    place by a ``set`` with an empty path). Raises ``ValueError`` for a malformed patch.
+
+    >>> s = {"n": 3, "w": {"values": np.array([1.0, 2.0, 3.0]), "count": 3}}
+    >>> s = apply_state_patch(s, [["set", ["n"], 4], ["set", ["w", "count"], 5],
+    ...                           ["append", ["w", "values"], np.array([4.0, 5.0]), 4]])
+    >>> s["n"], s["w"]["count"], s["w"]["values"].tolist()
+    (4, 5, [2.0, 3.0, 4.0, 5.0])
+    """
+    if not isinstance(patch, list):
+        raise ValueError(f"a state patch is a list of operations, not {type(patch).__name__}")
+    for op in patch:
+        try:
+            kind, path = op[0], op[1]
+            if not isinstance(path, list):
+                raise TypeError("path is not a list")
+            if not path:
+                if kind != "set" or len(op) != 3:
+                    raise ValueError("only 'set' may have an empty path")
+                state = op[2]
+                continue
+            parent = state
+            for part in path[:-1]:
+                parent = parent[part]
+            last = path[-1]
+            if kind == "set" and len(op) == 3:
+                if isinstance(parent, list) and not (isinstance(last, int)
+                                                     and 0 <= last < len(parent)):
+                    raise IndexError(f"index {last!r} of a list of {len(parent)}")
+                parent[last] = op[2]
+            elif kind == "xor64" and len(op) == 4:
+                parent[last] = _xor64(parent[last], op[2], op[3])
+            elif kind == "append" and len(op) == 4:
+                old, rows, keep = parent[last], op[2], op[3]
+                if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+                    raise ValueError(f"keep must be an integer >= 0, got {keep!r}")
+                if isinstance(old, np.ndarray):
+                    rows = np.asarray(rows, dtype=old.dtype)
+                    if rows.shape[1:] != old.shape[1:]:
+                        raise ValueError(f"rows of shape {rows.shape[1:]} appended to an "
+                                         f"array of rows of shape {old.shape[1:]}")
+                    whole = np.concatenate([old, rows])
+                    parent[last] = np.ascontiguousarray(whole[len(whole) - keep:]) \
+                        if keep <= len(whole) else _too_few(keep, len(whole))
+                elif isinstance(old, list):
+                    whole = [*old, *rows]
+                    parent[last] = whole[len(whole) - keep:] if keep <= len(whole) else \
+                        _too_few(keep, len(whole))
+                else:
+                    raise TypeError(f"cannot append to {type(old).__name__}")
+            else:
+                raise ValueError(f"unknown patch operation {kind!r} of {len(op)} fields")
+        except (KeyError, IndexError, TypeError, binascii.Error, zlib.error) as exc:
+            raise ValueError(f"state patch operation {str(op)[:80]} does not apply: "
+                             f"{type(exc).__name__}: {exc}") from None
+    return state
+
+
+def _too_few(keep: int, have: int):
+    raise ValueError(f"keep {keep} of {have} values")
+
+
+def _xor64(old: str, data: str, length: int) -> str:
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"length must be an integer >= 0, got {length!r}")
+    before = base64.b64decode(old, validate=True)
+    d = zlib.decompressobj()
+    x = d.decompress(base64.b64decode(data, validate=True), length + 1)
+    if len(x) != length or d.unconsumed_tail:
+        raise ValueError(f"xor64 data of {len(x)} bytes, expected {length}")
+    a = np.frombuffer(before[:length].ljust(length, b"\0"), dtype=np.uint8)
+    return b2a_base64((a ^ np.frombuffer(x, dtype=np.uint8)).tobytes(),
+                      newline=False).decode("ascii")
+
+
+#: Base64 strings at least this long are diffed as bytes (``xor64``) rather than replaced.
+_XOR_MIN = 96
+
+
+def diff_state(old: Any, new: Any, path: list | None = None) -> list:
+    """Patch operations (:func:`apply_state_patch`) that turn the JSON value ``old`` into
+    ``new`` (both plain JSON values: what :func:`encode_state` or an operator's encoder
+    returns): ``set`` for each part that differs (dicts with the same keys and lists of the
+    same length are compared part by part; floats by their bits, so 0.0 and -0.0 differ),
+    ``xor64`` for a long base64 string of which only some bytes changed.
+
+    >>> old = {"n": 1, "b": {"!bytes": base64.b64encode(bytes(200)).decode()}}
+    >>> new = {"n": 2, "b": {"!bytes": base64.b64encode(bytes(199) + b"x").decode()}}
+    >>> ops = diff_state(old, new)
+    >>> [op[0] for op in ops], apply_state_patch(old, ops) == new
+    (['set', 'xor64'], True)
+    """
+    ops: list = []
+    _diff(old, new, [] if path is None else list(path), ops)
+    return ops
+
+
+try:
+    from orjson import dumps as _exact_text
+except ImportError:  # pragma: no cover - orjson is a dependency
+    def _exact_text(v: Any) -> bytes:
+        return json.dumps(v, separators=(",", ":")).encode()
+
+
+def _same(a: Any, b: Any) -> bool:
+    # == is True for 0.0 and -0.0, True and 1, 1 and 1.0: the JSON text tells them apart
+    try:
+        return a == b and _exact_text(a) == _exact_text(b)
+    except (TypeError, ValueError):  # not plain JSON (an array, a big int): compare in full
+        return a is b
+
+
+def _diff(old: Any, new: Any, path: list, ops: list) -> None:
+    t = type(new)
+    if t is not type(old):
+        ops.append(["set", path, new])
+    elif _same(old, new):
+        return
+    elif t is dict and list(old) == list(new):
+        for k in new:
+            _diff(old[k], new[k], [*path, k], ops)
+    elif t is list and len(old) == len(new):
+        mine: list = []
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            _diff(a, b, [*path, i], mine)
+        # a list whose items moved (a deque that shifted) is smaller whole
+        ops.extend([["set", path, new]] if len(new) > 8 and len(mine) > len(new) // 4
+                   else mine)
+    elif t is str and len(new) >= _XOR_MIN:
+        op = _xor_op(old, new, path)
+        ops.append(op if op is not None else ["set", path, new])
+    else:
+        ops.append(["set", path, new])
+
+
+def _xor_op(old: str, new: str, path: list) -> list | None:
+    try:
+        a = base64.b64decode(old, validate=True)
+        b = base64.b64decode(new, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if b2a_base64(b, newline=False).decode("ascii") != new or \
+            b2a_base64(a, newline=False).decode("ascii") != old:
+        return None  # not canonical base64: the round trip would not give it back
+    n = len(b)
+    x = np.frombuffer(a[:n].ljust(n, b"\0"), dtype=np.uint8) ^ np.frombuffer(b, dtype=np.uint8)
+    data = b2a_base64(zlib.compress(x.tobytes(), 6), newline=False).decode("ascii")
+    if len(data) + 16 >= len(new):
+        return None
+    return ["xor64", path, data, n]

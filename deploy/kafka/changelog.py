@@ -14,6 +14,13 @@ entry**, then one small commit marker. Messages (keys are UTF-8; ``T`` is the in
   order. The payload is cut into chunks of at most ``chunk_bytes`` (default 512 KiB, below
   Kafka's default 1 MiB message limit); each message's value is a JSON header line
   ``{"id", "chunk", "chunks", "bytes"}`` then the chunk's bytes.
+  A group in which some states are **patches** has index version 3,
+  ``{"v": 3, "keys": [[op, key, length, base], ...]}``: ``base`` is -1 for a whole state and
+  otherwise the id of the checkpoint whose version of that (operator, key) the patch
+  applies to (:func:`shiftwatch.operators.state_codec.apply_state_patch`; an operator that
+  offers ``state_patch``, e.g. ``river:*``, writes the values its window got since instead
+  of the whole window). A key's versions since its last whole state form a **chain**; see
+  below.
 * **commit marker** ``"T/P/m"``: ``{"id", "offset", "keys", "upstream"}`` — the checkpoint
   ``id`` is complete and the state reflects exactly the input records below ``offset``
   (the next offset to read); ``keys`` is the number of keys of each operator (a check on
@@ -22,7 +29,9 @@ entry**, then one small commit marker. Messages (keys are UTF-8; ``T`` is the in
   0.1 and still read): one (operator, key) state per entry, alternating between two slots.
 
 Restoring takes the newest marker and, per (operator, key), the newest complete version
-whose ``id`` is at or below the marker's, from group entries and key entries alike. Entries
+whose ``id`` is at or below the marker's, from group entries and key entries alike; a patch
+is applied to the version it names, back to the key's last whole state (its chain), so what
+is restored is the whole state, exactly as the stage had it. Entries
 with a higher ``id`` come from a checkpoint cut short by a crash (entries written, marker
 not): restore ignores them, reports them (``junk``) and the stage deletes them (tombstones)
 in its next checkpoint, before any marker could cover their ``id``; a restored stage numbers
@@ -36,8 +45,12 @@ chunks) only once none of its keys is live, i.e. once the markers of the checkpo
 rewrote all of them are acknowledged; so at every moment each key's newest committed state
 is in a group compaction keeps, whether or not later groups contain the key. A group whose
 live keys fall below half of the keys it was written with gets them written again (their
-current state) in the next checkpoint, after which it is dead and deleted: the changelog
-holds at most about twice the live states plus the checkpoints in flight. A changelog of
+current state) in the next checkpoint, after which it is dead and deleted. A key written as
+a patch stays live in every group of its chain (they are all needed to restore it), until
+its next whole state; the stage writes a whole state again once the patches since the last
+one add up to twice its size (or 32 of them), and always when it rewrites a group's live
+keys. So the changelog holds at most about twice the live states, plus twice again for
+chains, plus the checkpoints in flight. A changelog of
 key entries (format 1) is migrated the same way: the first checkpoint after restoring writes
 every key still held only in key entries into its group, and once its marker is acknowledged
 all key entries are deleted. A group entry or a key entry written by a checkpoint that never
@@ -57,9 +70,9 @@ from dataclasses import dataclass, field
 
 from shiftwatch.deploy.errors import UserError
 
-__all__ = ["Group", "Restored", "encode_group", "encode_entry", "encode_marker", "entry_key",
-           "group_key", "restore", "checkpoints_in", "ChangelogReader", "ChangelogError",
-           "RESET_HINT"]
+__all__ = ["Group", "Restored", "WHOLE", "decode_group", "decode_group_entries",
+           "encode_group", "encode_entry", "encode_marker", "entry_key", "group_key", "restore",
+           "checkpoints_in", "ChangelogReader", "ChangelogError", "RESET_HINT"]
 
 log = logging.getLogger("shiftwatch.kafka")
 
@@ -88,6 +101,8 @@ class ChangelogError(UserError):
 
 #: The group id of the key entries (format 1) of a restored changelog.
 LEGACY = -1
+#: The ``base`` of a whole state in a group index (anything else: a patch of that version).
+WHOLE = -1
 
 
 def _head(obj: dict) -> bytes:
@@ -129,10 +144,11 @@ def encode_entry(topic: str, partition: int, checkpoint_id: int, op: int, key: s
 
 
 def encode_group(topic: str, partition: int, checkpoint_id: int,
-                 states: list[tuple[int, str, bytes]], chunk_bytes: int
-                 ) -> list[tuple[bytes, bytes]]:
+                 states: list[tuple], chunk_bytes: int) -> list[tuple[bytes, bytes]]:
     """The (key, value) messages of checkpoint ``checkpoint_id``'s group entry: ``states``
-    is a list of (operator index, record key name, state bytes), each (operator, key) once.
+    is a list of (operator index, record key name, state bytes), each (operator, key) once,
+    or (operator index, record key name, bytes, base): ``base`` -1 for a whole state, else
+    the bytes are a patch of the key's version of checkpoint ``base`` (index version 3).
 
     >>> msgs = encode_group("in", 2, 7, [(0, "a", b'"a7"'), (1, "a", b"[1]")], 64)
     >>> [k.decode() for k, _ in msgs]
@@ -142,24 +158,40 @@ def encode_group(topic: str, partition: int, checkpoint_id: int,
     >>> len(encode_group("in", 2, 7, [(0, "a", b'"a7"'), (1, "a", b"[1]")], 20))
     3
     """
-    index = json.dumps({"v": 2, "keys": [[op, key, len(s)] for op, key, s in states]},
-                       separators=(",", ":")).encode("utf-8", "surrogatepass")
-    payload = b"".join([index, b"\n", *(s for _, _, s in states)])
+    if any(len(e) > 3 and e[3] != WHOLE for e in states):
+        head = {"v": 3, "keys": [[e[0], e[1], len(e[2]), e[3] if len(e) > 3 else WHOLE]
+                                 for e in states]}
+    else:
+        head = {"v": 2, "keys": [[e[0], e[1], len(e[2])] for e in states]}
+    index = json.dumps(head, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    payload = b"".join([index, b"\n", *(e[2] for e in states)])
     n = max(1, -(-len(payload) // chunk_bytes))
     return _chunks([group_key(topic, partition, checkpoint_id, i) for i in range(n)],
                    checkpoint_id, payload, chunk_bytes)
 
 
 def decode_group(payload: bytes) -> list[tuple[int, str, bytes]]:
-    """Inverse of the payload :func:`encode_group` writes (raises ``ValueError`` if bad)."""
+    """(operator, key, bytes) of each state in a group entry's payload, whole states and
+    patches alike (raises ``ValueError`` if bad); :func:`decode_group_entries` tells which."""
+    return [(op, key, state) for op, key, state, _ in decode_group_entries(payload)]
+
+
+def decode_group_entries(payload: bytes) -> list[tuple[int, str, bytes, int]]:
+    """Inverse of the payload :func:`encode_group` writes: (operator, key, bytes, base), base
+    -1 (:data:`WHOLE`) for a whole state (raises ``ValueError`` if bad)."""
     index, sep, body = payload.partition(b"\n")
     head = json.loads(index)
-    if not sep or not isinstance(head, dict) or head.get("v") != 2:
-        raise ValueError("not a version 2 group entry")
+    if not sep or not isinstance(head, dict) or head.get("v") not in (2, 3):
+        raise ValueError("not a version 2 or 3 group entry")
     out = []
     pos = 0
-    for op, key, length in head["keys"]:
-        out.append((int(op), str(key), body[pos:pos + int(length)]))
+    v3 = head["v"] == 3
+    for entry in head["keys"]:
+        if v3:
+            op, key, length, base = entry
+        else:
+            (op, key, length), base = entry, WHOLE
+        out.append((int(op), str(key), body[pos:pos + int(length)], int(base)))
         pos += int(length)
     if pos != len(body):
         raise ValueError(f"group entry index covers {pos} bytes, the body has {len(body)}")
@@ -211,7 +243,8 @@ class Restored:
     a format-1 key entry holding it; ``junk`` the changelog keys of entries from checkpoints
     that never completed (delete them before the next marker); ``dead`` those of committed
     entries no key needs any more (groups with no live key; delete them at any time);
-    ``next_id`` is above every checkpoint id seen.
+    ``next_id`` is above every checkpoint id seen. A key restored from patches has its
+    whole state in ``states`` and its chain's group ids in ``chains``.
     """
 
     id: int
@@ -225,6 +258,9 @@ class Restored:
     groups: dict[int, Group] = field(default_factory=dict)
     dead: list[bytes] = field(default_factory=list)
     params: list | None = None  # the marker's operator parameters (None: not recorded)
+    #: (op, key) -> ids of the groups of its chain, oldest (its whole state) first, for the
+    #: keys whose restored version is a patch (all of them are live for it)
+    chains: dict[tuple[int, str], list[int]] = field(default_factory=dict)
 
 
 def restore(messages: Iterable[tuple[bytes, bytes | None]], topic: str, partition: int
@@ -377,6 +413,8 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
             break
     groups: dict[int, Group] = {}
     dead: list[bytes] = []
+    # (op, key) -> group id -> (base, bytes)
+    in_groups: dict[tuple[int, str], dict[int, tuple[int, bytes]]] = {}
     for gid, chunks in grouped.items():
         keys = [c[2] for c in chunks.values()]
         payload = _whole(chunks)
@@ -384,14 +422,38 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
             dead.extend(keys)
             continue
         try:
-            items = decode_group(payload)
+            items = decode_group_entries(payload)
         except (ValueError, KeyError, TypeError) as exc:
             raise EntryError(keys[0], f"group entry {gid} cannot be read "
                              f"({type(exc).__name__}: {exc})") from None
         groups[gid] = Group(size=len(items), keys=keys)
-        for op, key, state in items:
-            if (op, key) not in best or best[(op, key)][0] < gid:
-                best[(op, key)] = (gid, -1, gid, state)
+        for op, key, state, base in items:
+            in_groups.setdefault((op, key), {})[gid] = (base, state)
+    chains: dict[tuple[int, str], list[int]] = {}
+    for ref, by_gid in in_groups.items():
+        gid = max(by_gid)
+        if ref in best and best[ref][0] >= gid:  # a format-1 entry as new or newer
+            continue
+        chain = [gid]
+        while by_gid[chain[-1]][0] != WHOLE:
+            base = by_gid[chain[-1]][0]
+            if base not in by_gid or base >= chain[-1]:
+                raise EntryError(groups[chain[-1]].keys[0],
+                                 f"group entry {chain[-1]} holds a patch of key {ref[1]!r} "
+                                 f"(operator {ref[0]}) against checkpoint {base}, whose "
+                                 "entry is missing")
+            chain.append(base)
+        chain.reverse()
+        if len(chain) == 1:
+            best[ref] = (gid, -1, gid, by_gid[gid][1])
+            continue
+        try:
+            state = _patched([by_gid[g][1] for g in chain])
+        except ValueError as exc:
+            raise EntryError(groups[gid].keys[0], f"key {ref[1]!r} (operator {ref[0]}) "
+                             f"cannot be restored from its patches: {exc}") from None
+        best[ref] = (gid, -1, gid, state)
+        chains[ref] = chain
     if legacy_keys:
         groups[LEGACY] = Group(size=0, keys=legacy_keys)
     states: list[dict[str, bytes]] = [{} for _ in counts]
@@ -401,9 +463,12 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
         if op < len(states):
             states[op][key] = state
             owners[(op, key)] = gid
-            groups[gid].live.add((op, key))
+            for g in chains.get((op, key), (gid,)):
+                groups[g].live.add((op, key))
             if gid == LEGACY:
                 slots[(op, key)] = slot
+        else:
+            chains.pop((op, key), None)
     got = [len(s) for s in states]
     if got != counts:
         raise ValueError(f"changelog {topic}/{partition}: checkpoint {cid} covers {counts} "
@@ -415,7 +480,30 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
     params = marker.get("params")
     return Restored(id=cid, offset=offset, upstream=marker.get("upstream", []),
                     states=states, slots=slots, junk=junk, next_id=max_id + 1, owners=owners,
-                    groups=groups, dead=dead, params=params if isinstance(params, list) else None)
+                    groups=groups, dead=dead, params=params if isinstance(params, list) else None,
+                    chains=chains)
+
+
+def _patched(versions: list[bytes]) -> bytes:
+    """The whole state of a chain: its whole state (first) with every patch applied."""
+    from shiftwatch.operators.state_codec import apply_state_patch, dumps_state, loads_state
+
+    try:
+        state = loads_state(versions[0])
+        for patch in versions[1:]:
+            state = apply_state_patch(state, loads_state(patch))
+    except ValueError:
+        raise
+    except Exception as exc:  # a damaged entry: not JSON, a bad array, ...
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+    try:
+        from orjson import dumps
+
+        from shiftwatch.operators.state_codec import encode_state
+
+        return dumps(encode_state(state))
+    except (ImportError, TypeError):  # orjson refuses an int over 64 bits, ...
+        return dumps_state(state)
 
 
 class ChangelogReader:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
-from shiftwatch.deploy.kafka.changelog import Group, Restored, encode_group, encode_marker
+from shiftwatch.deploy.kafka.changelog import WHOLE, Group, Restored, encode_group, encode_marker
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
 
@@ -47,6 +47,12 @@ LARGE_MESSAGE = 64 * 1024
 # At-least-once checkpoints of one partition in flight (group sent, marker not yet
 # acknowledged).
 _IN_FLIGHT = 3
+#: A key whose operator offers ``state_patch`` is written as a patch of its previous version
+#: until the patches since its last whole state add up to this many times that state's size,
+#: or there are :data:`MAX_PATCHES` of them; then whole again (a chain costs restore time
+#: and changelog space: see :mod:`~shiftwatch.deploy.kafka.changelog`).
+PATCH_BUDGET = 2.0
+MAX_PATCHES = 32
 
 
 class StateLoadError(ValueError):
@@ -58,6 +64,18 @@ class StateLoadError(ValueError):
 
 
 @dataclass
+class _Base:
+    """A key's newest written version, which its next patch applies to."""
+
+    id: int          # the checkpoint that wrote it
+    obj: Any         # the key's operator (a key restarted by quarantine gets a new one)
+    token: Any       # its patch_token() then
+    whole: int       # bytes of the key's last whole state
+    patches: int = 0  # patches written since it
+    patch_bytes: int = 0
+
+
+@dataclass
 class _Pending:
     """A checkpoint whose group entry is sent and whose marker is not acknowledged yet."""
 
@@ -66,6 +84,7 @@ class _Pending:
     marker: tuple[bytes, bytes]
     futures: list                       # outputs, dead letters, entries sent before it
     written: list[tuple[int, str]]      # the (op, key) states in its group entry
+    patched: set = field(default_factory=set)  # those of them written as patches
     keys: list[bytes] = field(default_factory=list)  # the group entry's message keys
     done: int = 0                       # futures[:done] are acknowledged
     marker_future: Any = None
@@ -84,6 +103,11 @@ class PartitionTask:
     dirty: list[set] = field(default_factory=list)   # per operator: keys changed since
     # (op, key) -> id of the committed group holding its newest committed state
     owners: dict[tuple[int, str], int] = field(default_factory=dict)
+    # (op, key) -> ids of the committed groups of its chain (its last whole state first),
+    # for the keys whose newest committed version is a patch
+    chains: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+    # (op, key) -> _Base: its newest written version, for the next patch
+    bases: dict[tuple[int, str], _Base] = field(default_factory=dict)
     groups: dict[int, Group] = field(default_factory=dict)  # committed groups with live keys
     shrunk: set[int] = field(default_factory=set)    # groups whose live keys to write again
     junk: list[bytes] = field(default_factory=list)  # entries of an unfinished checkpoint
@@ -250,24 +274,33 @@ class Checkpointer:
         task.checkpoint_id += 1
         cid = task.checkpoint_id
         ops = task.executor.operators
-        states: list[tuple[int, str, bytes]] = []
+        states: list[tuple[int, str, bytes, int]] = []
         key_name = Keyed.key_name
+        bases = task.bases
+        # the live keys of groups to delete are written whole (a patch keeps its chain live)
+        rewrite = {ref for gid in task.shrunk if gid in task.groups
+                   for ref in task.groups[gid].live}
+        if not self.settings.get("patches", True):
+            bases = {}  # every key whole (nothing is remembered for a patch)
         for i, op in enumerate(ops):
             existing = op.existing
             for key in task.dirty[i]:
                 kop = existing(key)
                 if kop is not None:  # None: only bad records, the key was never kept
-                    states.append((i, key_name(key), key_state_bytes(kop)))
+                    ref = (i, key_name(key))
+                    states.append((*ref, *self._key_version(kop, ref, bases, cid,
+                                                            ref in rewrite)))
             task.dirty[i] = set()
         if task.shrunk:
-            seen = {(i, name) for i, name, _ in states}
+            seen = {(i, name) for i, name, _, _ in states}
             for gid in sorted(task.shrunk):
                 group = task.groups.get(gid)
                 for ref in sorted(group.live) if group is not None else ():
                     if ref not in seen:
                         kop = ops[ref[0]].existing(Keyed.key_from_name(ref[1]))
                         if kop is not None:
-                            states.append((*ref, key_state_bytes(kop)))
+                            states.append((*ref, *self._key_version(kop, ref, bases, cid,
+                                                                    True)))
                             seen.add(ref)
             task.shrunk = set()
         keys: list[bytes] = []
@@ -277,7 +310,8 @@ class Checkpointer:
                 keys.append(k)
         task.pendings.append(_Pending(
             id=cid, offset=task.next_offset, futures=futures,
-            written=[(i, name) for i, name, _ in states], keys=keys,
+            written=[(i, name) for i, name, _, _ in states], keys=keys,
+            patched={(i, name) for i, name, _, base in states if base != WHOLE},
             marker=encode_marker(topic, p, cid, task.next_offset,
                                  [len(op) for op in ops], task.executor.deduper.state(),
                                  params=self.params)))
@@ -287,21 +321,49 @@ class Checkpointer:
         return True
 
     @staticmethod
+    def _key_version(kop: Any, ref: tuple[int, str], bases: dict, cid: int, whole: bool
+                     ) -> tuple[bytes, int]:
+        """A key's bytes for checkpoint ``cid`` and what they patch (``WHOLE``: nothing): a
+        patch of its previous version when its operator offers one and the key's chain
+        has room, else its whole state. Remembers this version for the next patch."""
+        patch_of = getattr(kop, "state_patch", None)
+        base = bases.get(ref)
+        if patch_of is None:
+            return key_state_bytes(kop), WHOLE
+        if not whole and base is not None and base.obj is kop and base.patches < MAX_PATCHES:
+            patch, token = patch_of(base.token)
+            if patch is not None:
+                data = state_bytes(patch)
+                if base.patch_bytes + len(data) <= PATCH_BUDGET * base.whole:
+                    bases[ref] = _Base(cid, kop, token, base.whole, base.patches + 1,
+                                       base.patch_bytes + len(data))
+                    return data, base.id
+        state, token = kop.state_with_token()
+        data = state_bytes(state)
+        bases[ref] = _Base(cid, kop, token, len(data))
+        return data, WHOLE
+
+    @staticmethod
     def _committed(task: PartitionTask, pend: _Pending) -> None:
         """Checkpoint ``pend``'s marker is durable: its group now holds the committed state
         of the keys it wrote; groups left with no live key are queued for deletion, groups
         below half live for writing their live keys again."""
         if not pend.written:
             return
-        owners, groups = task.owners, task.groups
+        owners, groups, chains = task.owners, task.groups, task.chains
         touched = set()
+        patched = pend.patched
         for ref in pend.written:
             old = owners.get(ref)
-            if old is not None:
-                group = groups.get(old)
+            if ref in patched and old is not None:  # its chain grows: all of it stays live
+                chains[ref] = [*chains.get(ref, (old,)), pend.id]
+                owners[ref] = pend.id
+                continue
+            for gid in chains.pop(ref, ()) or ((old,) if old is not None else ()):
+                group = groups.get(gid)
                 if group is not None:
                     group.live.discard(ref)
-                    touched.add(old)
+                    touched.add(gid)
             owners[ref] = pend.id
         groups[pend.id] = Group(size=len(pend.written), live=set(pend.written),
                                 keys=pend.keys)
@@ -493,6 +555,8 @@ class Checkpointer:
                 raise
         task.executor.deduper.load(cp.upstream)
         task.owners = dict(cp.owners)
+        task.chains = {ref: list(c) for ref, c in cp.chains.items()}
+        task.bases = {}  # each key's next version is whole (its chain is not continued)
         task.groups = {gid: Group(g.size, set(g.live), list(g.keys))
                        for gid, g in cp.groups.items()}
         task.shrunk = {gid for gid, g in task.groups.items()

@@ -31,6 +31,7 @@ from shiftwatch.operators.records import (
 )
 from shiftwatch.operators.registry import OperatorInfo, register_prefix
 from shiftwatch.operators.sensitivity import RIVER_SENSITIVITY
+from shiftwatch.operators.state_codec import diff_state
 
 __all__ = ["RiverDetector", "river_detector_names"]
 
@@ -386,6 +387,56 @@ class RiverDetector(Operator):
             self._detectors = detectors
         else:
             self._detector = detectors[0]
+
+    def state_with_token(self) -> tuple[dict, tuple | None]:
+        """:meth:`state_dict` and the token a later :meth:`state_patch` of it needs (None
+        before the first record), computed together (the detectors are encoded once)."""
+        docs = None if self._shape is None else [encode_object(d)
+                                                 for d in self._all_detectors()]
+        window = self._window
+        state = {"operator": self.name,
+                 "state": {"shape": None if self._shape is None else list(self._shape),
+                           "detectors": docs,
+                           "window": None if window is None else window.state_dict()}}
+        return state, self._token(docs)
+
+    def _token(self, docs: list | None) -> tuple | None:
+        if docs is None:
+            return None
+        window = self._window
+        # the window object too: a patch applies only to the same window's later version
+        return (self._shape, window, None if window is None else window.patch_token(), docs)
+
+    def state_patch(self, token: tuple | None) -> tuple[list | None, tuple | None]:
+        """Patch operations that turn :meth:`state_dict` as of ``token`` (from
+        :meth:`state_with_token` or an earlier :meth:`state_patch`) into the current one,
+        or None (write the whole state); and the token of the current state.
+
+        The detectors' encoded object graphs are diffed part by part
+        (:func:`~shiftwatch.operators.state_codec.diff_state`: for River's ADWIN mostly its
+        compiled helper's bytes, of which a few change, written as an XOR); the locate
+        window, up to ``locate_window`` values and their ``ts``, gets the values pushed since
+        (:meth:`~shiftwatch.operators.locate.ValueWindow.state_patch`).
+        :func:`~shiftwatch.operators.state_codec.apply_state_patch` of the patch on the old
+        state_dict (decoded) gives this state_dict exactly; the Kafka changelog uses it to
+        write what changed (see :mod:`shiftwatch.deploy.kafka.changelog`). The token holds
+        the encoded detectors (about 1.5 KB for ADWIN) until the next version.
+        """
+        if self._shape is None:
+            return None, None
+        docs = [encode_object(d) for d in self._all_detectors()]
+        new_token = self._token(docs)
+        window = self._window
+        if token is None or token[0] != self._shape or window is not token[1] or \
+                len(token[3]) != len(docs):
+            return None, new_token
+        ops = diff_state(token[3], docs, ["state", "detectors"])
+        if window is not None:
+            w_ops = window.state_patch(token[2], ["state", "window"])
+            if w_ops is None:
+                return None, new_token
+            ops.extend(w_ops)
+        return ops, new_token
 
     # ---- processing -----------------------------------------------------------------
 

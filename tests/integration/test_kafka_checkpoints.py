@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from collections import namedtuple
 
+import pytest
+
 from shiftwatch.deploy.kafka.changelog import decode_group, decode_message, restore
 from shiftwatch.deploy.kafka.stage import StageRunner
 from shiftwatch.deploy.pipeline import parse_pipeline
@@ -86,11 +88,12 @@ class FakeConsumer:
         self.commit(offsets)
 
 
-def _runner(chunk_bytes: int = 64, operators=("standardize", "river:ADWIN")):
+def _runner(chunk_bytes: int = 64, operators=("standardize", "river:ADWIN"),
+            patches: bool = True):
     cfg = parse_pipeline({
         "pipeline": "p", "kafka": {"bootstrap_servers": "unused:9092"},
         "checkpoint": {"every_records": 10**9, "every_seconds": 1e6,
-                       "chunk_bytes": chunk_bytes},
+                       "chunk_bytes": chunk_bytes, "patches": patches},
         "stages": [{"name": "s", "input": "in", "output": "out", "key": "sensor",
                     "value": "temp", "operators": [{"operator": o} for o in operators]}]})
     r = StageRunner(cfg, cfg.stages[0])
@@ -233,8 +236,9 @@ def test_list_keys_and_unhashable_keys():
 def test_checkpoints_in_flight_never_overwrite_each_other():
     """Snapshots go on while earlier markers are unacknowledged (up to three in flight);
     a key written by each of them is in a different group entry, and a restore at any
-    acknowledged marker gives exactly the state of that snapshot."""
-    runner = _runner(operators=("river:ADWIN",))
+    acknowledged marker gives exactly the state of that snapshot. (Whole states only: with
+    patches a key's chain keeps older groups live, test_patches_* below.)"""
+    runner = _runner(operators=("river:ADWIN",), patches=False)
     task = runner._new_task(0)
     runner._tasks[0] = task
     producer = runner._producer
@@ -293,16 +297,21 @@ def _compact(log):
     return [(k, v) for k, v in latest.items() if v is not None]
 
 
-def test_compacted_changelog_keeps_the_latest_state_of_every_key():
+@pytest.mark.parametrize("patches", [False, True])
+def test_compacted_changelog_keeps_the_latest_state_of_every_key(patches):
     """Random subsets of keys change between checkpoints, so later group entries often lack
     keys of earlier ones; after every checkpoint, the compacted changelog restores exactly
     the stage's state, and the stored states stay within a small multiple of the live ones
-    (groups that fall below half live are written again and deleted)."""
+    (groups that fall below half live are written again and deleted). With patches (the
+    river:ADWIN keys), a key's chain stays live until its next whole state, so the bound is
+    on bytes: twice the live states' whole bytes for the groups, times the chains' budget."""
     import random
+
+    from shiftwatch.deploy.kafka.checkpoint import PATCH_BUDGET
 
     rnd = random.Random(7)
     keys = [f"k{i}" for i in range(12)]
-    runner = _runner(chunk_bytes=300)
+    runner = _runner(chunk_bytes=300, patches=patches)
     task = runner._new_task(0)
     runner._tasks[0] = task
     off = 0
@@ -310,6 +319,7 @@ def test_compacted_changelog_keeps_the_latest_state_of_every_key():
     # live key for good: without writing such groups again they would pile up).
     plan = [rnd.sample(keys, rnd.choice([1, 2, 3, 6, 12])) for _ in range(40)]
     plan += [keys[i:] for i in range(len(keys))]
+    patched = 0
     for step, chosen in enumerate(plan):
         off = _feed(runner, task, _recs(chosen, rnd.randint(len(chosen), 30), seed=step), off)
         runner.checkpointer.checkpoint([0])
@@ -321,12 +331,19 @@ def test_compacted_changelog_keeps_the_latest_state_of_every_key():
         assert (r.id, r.offset) == (step + 1, off)
         assert r.states == _states(task)
         assert not r.junk
-        stored = sum(g.size for gid, g in r.groups.items())
-        live = sum(len(s) for s in r.states)
-        assert stored <= 3 * live, (step, stored, live)
+        if not patches:
+            stored = sum(g.size for gid, g in r.groups.items())
+            live = sum(len(s) for s in r.states)
+            assert stored <= 3 * live, (step, stored, live)
+        else:
+            stored = sum(len(v) for k, v in compacted if b"/g/" in k)
+            live = sum(len(b) for s in r.states for b in s.values())
+            assert stored <= 2 * (1 + PATCH_BUDGET) * live + 2000, (step, stored, live)
+            patched += bool(r.chains)
         assert len({k.split(b"/")[3] for k, _ in compacted if b"/g/" in k}) == len(r.groups)
+    assert bool(patched) == patches
     # A stage restored from the compacted changelog goes on like the original.
-    other = _runner(chunk_bytes=300)
+    other = _runner(chunk_bytes=300, patches=patches)
     t2 = other._new_task(0)
     other.checkpointer.load(t2, restore(_compact(runner._producer.log), "in", 0))
     more = _recs(keys, 40, seed=99)
@@ -375,3 +392,104 @@ def test_format1_changelog_is_restored_then_migrated_to_groups():
     r2 = restore(compacted, "in", 0)
     assert (r2.id, r2.offset, r2.states) == (6, off2, _states(t2))
     assert set(r2.owners.values()) == {6} and not r2.dead
+
+
+def _group_heads(log, since=0):
+    """Checkpoint id -> the index of its group entry ({"v", "keys"}) after ``since``."""
+    heads = {}
+    for k, v in log[since:]:
+        parts = k.decode().split("/")
+        if parts[2] == "g" and parts[4] == "0" and v is not None:
+            heads[int(parts[3])] = json.loads(decode_message(v)[1].partition(b"\n")[0])
+    return heads
+
+
+def test_patches_restore_exactly_at_every_checkpoint():
+    """river:ADWIN keys are written as patches of their previous version (the values their
+    locate window got since), whole again once the patches outgrow the budget; restoring
+    at any marker, from the whole log or the compacted one, gives the stage's state key by
+    key, and a stage restored from patches goes on exactly like the uninterrupted one."""
+    import random
+
+    from shiftwatch.deploy.kafka.changelog import checkpoints_in
+
+    rnd = random.Random(3)
+    keys = ["a", "b", "c", "d"]
+    runner = _runner(operators=("river:ADWIN",), chunk_bytes=4096)
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    off, at = 0, {}
+    for step in range(60):
+        chosen = rnd.sample(keys, rnd.randint(1, 4))
+        off = _feed(runner, task, _recs(chosen, rnd.randint(1, 25), seed=step), off)
+        runner.checkpointer.checkpoint([0])
+        at[step + 1] = (off, _states(task))
+        r = restore(_compact(runner._producer.log), "in", 0)
+        assert (r.id, r.offset, r.states) == (step + 1, *at[step + 1])
+    heads = _group_heads(runner._producer.log)
+    bases = [e[3] for h in heads.values() if h["v"] == 3 for e in h["keys"]]
+    assert any(b >= 0 for b in bases) and any(b == -1 for b in bases)  # patches and wholes
+    assert any(h["v"] == 2 for h in list(heads.values())[:1])  # the first: all whole
+    seen = 0
+    for got in checkpoints_in(runner._producer.log, "in", 0):
+        assert (got.offset, got.states) == at[got.id]
+        seen += 1
+    assert seen == 60
+    r = restore(_compact(runner._producer.log), "in", 0)
+    assert r.chains and all(len(c) >= 2 for c in r.chains.values())
+    # Restored from patches, a stage goes on like the uninterrupted one; its first version
+    # of each key is whole (its chain is not continued), and the old chains then die.
+    other = _runner(operators=("river:ADWIN",), chunk_bytes=4096)
+    t2 = other._new_task(0)
+    other.checkpointer.load(t2, r)
+    other._tasks[0] = t2
+    other._producer.log = _compact(runner._producer.log)
+    more = _recs(keys, 40, seed=99)
+    _feed(runner, task, more, off)
+    off2 = _feed(other, t2, more, off)
+    assert _states(t2) == _states(task)
+    mark = len(other._producer.log)
+    other.checkpointer.checkpoint([0])
+    (head,) = _group_heads(other._producer.log, mark).values()
+    assert head["v"] == 2  # all whole
+    r2 = restore(_compact(other._producer.log), "in", 0)
+    assert (r2.offset, r2.states) == (off2, _states(t2)) and not r2.chains
+    assert set(r2.groups) == {r2.id}  # every older group died with its chains
+
+
+def test_patches_off_and_old_changelogs():
+    """``checkpoint.patches: false`` writes whole states only (version 2 groups, as before);
+    a changelog written so restores into a stage with patches on, which goes on from it."""
+    off = 0
+    runner = _runner(operators=("river:ADWIN",), patches=False)
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    for step in range(5):
+        off = _feed(runner, task, _recs(["a", "b"], 10, seed=step), off)
+        runner.checkpointer.checkpoint([0])
+    assert {h["v"] for h in _group_heads(runner._producer.log).values()} == {2}
+    r = restore(runner._producer.log, "in", 0)
+    other = _runner(operators=("river:ADWIN",))
+    t2 = other._new_task(0)
+    other.checkpointer.load(t2, r)
+    other._tasks[0] = t2
+    other._producer.log = list(runner._producer.log)
+    for step in range(5):
+        off = _feed(other, t2, _recs(["a", "b"], 10, seed=10 + step), off)
+        other.checkpointer.checkpoint([0])
+        assert restore(_compact(other._producer.log), "in", 0).states == _states(t2)
+    assert 3 in {h["v"] for h in _group_heads(other._producer.log).values()}
+
+
+def test_a_patch_without_its_base_is_refused():
+    runner = _runner(operators=("river:ADWIN",))
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    off = _feed(runner, task, _recs(["a"], 10), 0)
+    runner.checkpointer.checkpoint([0])
+    _feed(runner, task, _recs(["a"], 5, seed=1), off)
+    runner.checkpointer.checkpoint([0])
+    assert _group_heads(runner._producer.log)[2]["keys"][0][3] == 1  # a patch of 1
+    log = [(k, v) for k, v in runner._producer.log if not k.startswith(b"in/0/g/1/")]
+    with pytest.raises(ValueError, match="patch of key 'a'.*checkpoint 1"):
+        restore(log, "in", 0)
