@@ -119,9 +119,16 @@ class Operator:
 
     @classmethod
     def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values()
-                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        # a class's constructor does not change: read its signature once (clone, which
+        # reads it, runs once per key restored)
+        names = cls.__dict__.get("_param_names_cache")
+        if names is None or names[0] is not cls.__init__:
+            sig = inspect.signature(cls.__init__)
+            names = (cls.__init__, tuple(
+                p.name for p in sig.parameters.values()
+                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)))
+            cls._param_names_cache = names
+        return list(names[1])
 
     def _get_params(self) -> dict:
         """The constructor arguments, read back from the attributes of the same name."""

@@ -525,6 +525,11 @@ class ChangelogReader:
         self.changelog = changelog
         #: (partition, message key) -> changelog offset of its newest message (last read)
         self.offsets: dict[tuple[int, bytes], int] = {}
+        #: messages and bytes (keys + values) of the last :meth:`read_messages`, and its
+        #: seconds (for the restore line a stage logs on assignment)
+        self.last_messages = 0
+        self.last_bytes = 0
+        self.last_read_s = 0.0
         self._consumer = KafkaConsumer(
             **client, enable_auto_commit=False, group_id=None,
             isolation_level="read_committed" if read_committed else "read_uncommitted",
@@ -560,8 +565,11 @@ class ChangelogReader:
 
         tps = [TopicPartition(self.changelog, p) for p in partitions]
         self.offsets = {}
+        self.last_messages = self.last_bytes = 0
+        self.last_read_s = 0.0
         if not tps:
             return {}
+        t0 = time.monotonic()
         self._consumer.assign(tps)
         ends = self._consumer.end_offsets(tps)
         self._consumer.seek_to_beginning(*tps)
@@ -576,6 +584,8 @@ class ChangelogReader:
             for tp, msgs in got.items():
                 messages[tp.partition].extend((m.key, m.value) for m in msgs)
                 self.offsets.update(((tp.partition, m.key), m.offset) for m in msgs)
+                self.last_messages += len(msgs)
+                self.last_bytes += sum(len(m.key or b"") + len(m.value or b"") for m in msgs)
             if got:
                 continue
             # every fetch response carries the true high-water mark: never stop short of it
@@ -584,6 +594,7 @@ class ChangelogReader:
                    for tp in tps):
                 break
         self._consumer.assign([])
+        self.last_read_s = time.monotonic() - t0
         return messages
 
     def end_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:

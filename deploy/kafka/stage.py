@@ -281,7 +281,9 @@ class StageRunner:
                  if self.reset_state == "all" or (self.reset_state and
                                                   tp.partition in self.reset_state)}
         keep = [tp.partition for tp in mine if tp.partition not in reset]
+        t0 = time.monotonic()
         restored = self._reader.read(self.stage.input, keep) if keep else {}
+        t_read = time.monotonic()
         ends = self._reader.end_offsets(self.stage.input, keep) if keep else {}
         tasks = {}
         for tp in mine:
@@ -299,9 +301,19 @@ class StageRunner:
                 self._consumer.seek_to_beginning(tp)
             tasks[tp.partition] = task
         self._tasks.update(tasks)
+        t_end = time.monotonic()
         log.info("stage %s: assigned %s (restored %s)", self.stage.name,
                  sorted(tp.partition for tp in mine),
                  {p: (c.offset if c else None) for p, c in restored.items()})
+        if keep:
+            r = self._reader
+            rate = r.last_messages / r.last_read_s if r.last_read_s > 0 else float("nan")
+            states = sum(len(c.owners) for c in restored.values() if c is not None)
+            log.info("stage %s: restore of partitions %s: %d key states from %d changelog "
+                     "messages (%.1f MB) read in %.2f s (%.0f messages/s; %.2f s with "
+                     "decoding), loaded in %.2f s; %.2f s in all", self.stage.name, keep,
+                     states, r.last_messages, r.last_bytes / 1e6, r.last_read_s, rate,
+                     t_read - t0, t_end - t_read, t_end - t0)
         self.stats.partitions = sorted(self._tasks)
         if self.metrics is not None:
             self.metrics.set_ready(True)

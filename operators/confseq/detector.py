@@ -473,13 +473,24 @@ class ConfSeqDetector(RiverDriftDetector):
 
     def state_dict(self) -> dict:
         """The learned state: NumPy arrays only (a copy)."""
-        return {k: v.copy() for k, v in vars(self).items()
-                if k.startswith("_") and not k.startswith("__") and k not in self._CONFIG
+        return {k: v.copy() for k, v in self._learned().items()}
+
+    def _learned(self) -> dict:
+        """The learned arrays themselves (not copies)."""
+        config = self._CONFIG
+        return {k: v for k, v in vars(self).items()
+                if k[0] == "_" and k[1] != "_" and k not in config
                 and isinstance(v, np.ndarray)}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a state from :meth:`state_dict` of a detector with the same parameters."""
-        mine = self.state_dict()
+        self._load_arrays(state)
+        self._pack()
+
+    def _load_arrays(self, state: Mapping) -> None:
+        """:meth:`load_state_dict` but for packing the arrays for the kernel (a fleet that
+        only copies them out skips it)."""
+        mine = self._learned()
         state = dict(state)
         if self._hull and "_hull_x" in state:
             # Written before hull points kept their ts: none known.
@@ -507,7 +518,6 @@ class ConfSeqDetector(RiverDriftDetector):
             setattr(self, k, v)
         if self._hull:
             self._support = np.full((2, 2 * N_LAMBDAS + 2), np.nan)
-        self._pack()
 
     def _fill_ts(self, ts_at: Callable[[int], float | None], count: int) -> None:
         """Set the ts of the hull points and located starts from ``ts_at(position)``, where

@@ -153,6 +153,7 @@ class ConfSeqFleet:
         self._probe_new = template.clone()
         self._probe = template.clone()
         self._probe._shape = []
+        self._scratch: ConfSeqDetector | None = None  # reads restored key states (load_key)
         self._reset()
 
     def _reset(self) -> None:
@@ -588,12 +589,46 @@ class ConfSeqFleet:
 
     def load_key(self, key: Any, state: Mapping) -> None:
         """Restore one key from a per-key ``state_dict`` (of a fleet or an operator)."""
+        scalar = self._scalar_state(state)
+        if scalar is not None:
+            # the common case (a scalar key without a locate window): its one detector's
+            # state read into a scratch detector (the same checks and upgrades as the
+            # operator's), then copied into the fleet's arrays; no operator object is made
+            doc, count = scalar
+            det = self._scratch
+            if det is None:
+                params = self.template._detector_params()
+                params["alpha"] = float(self.template.alpha)
+                det = self._scratch = ConfSeqDetector(**params)
+            det._load_arrays(doc)  # (not packed for the kernel: only copied out)
+            self._put(key, det, count)
+            return
         op = self.template.clone()
         op.load_state_dict(state)  # validates, and upgrades states of earlier releases
         if op._shape is None or op._shape:  # no value yet, or vectors: an object of its own
             self._objs[key] = op
             return
-        det = op._detectors[0]
+        self._put(key, op._detectors[0], op._count)
+
+    def _scalar_state(self, state: Mapping) -> tuple[Mapping, int] | None:
+        """(detector state, count) of a scalar key's state that holds no window, else None
+        (the operator then reads it: vectors, no value yet, a window, bad states)."""
+        try:
+            inner = self.template._state_payload(state)
+        except ValueError:
+            return None
+        docs = inner.get("detectors")
+        if (inner.get("shape") != [] or inner.get("window") is not None
+                or self.template._needs_window() or not isinstance(docs, list)
+                or len(docs) != 1 or not isinstance(docs[0], Mapping)):
+            return None
+        count = inner.get("count", 0)
+        if isinstance(count, bool) or not isinstance(count, (int, float)):
+            return None
+        return docs[0], int(count)
+
+    def _put(self, key: Any, det: ConfSeqDetector, count: int) -> None:
+        """Copy a scalar key's detector state into the fleet's arrays."""
         k = self._slot.get(key)
         if k is None:
             k = self._new_slot(key)
@@ -608,7 +643,7 @@ class ConfSeqFleet:
         elif b >= 0:  # (a key restored over one in burn-in) the row goes back
             return_burn_row(self._ix, k, self._bfree)
         self._walk[k] = det._walk[:, 0]
-        self._count[k] = op._count
+        self._count[k] = count
         self._sup_r[k] = np.nan  # the skip filter's minima are computed again
         self._widen_x(float(det._scalars[S_N]))
         for s in range(2):

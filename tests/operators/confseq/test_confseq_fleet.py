@@ -312,3 +312,20 @@ def test_checkpoint_bytes_of_a_slot_equal_its_state_dicts():
     for key in fleet.keys:
         view = fleet.existing(key)
         assert key_state_bytes(view) == state_bytes(view.state_dict())
+
+
+def test_scalar_keys_restore_into_the_fleet_without_objects_and_old_states_upgrade():
+    # Restoring a fleet reads each scalar key's state into one scratch detector and copies it
+    # into the arrays (no operator per key): the outputs after it are those of objects, also
+    # for states written with the marginal burn-in layout of earlier releases.
+    for params in ({}, {"scale": "marginal"}):
+        writer = Keyed(create("cs", **params))  # a fleet
+        recs = _records(3000, 30, seed=5, bad=False)
+        writer.process_batch(recs)
+        state = loads_state(dumps_state(writer.state_dict()))
+        fleet, objects = _pair({})
+        fleet.load_state_dict(state)
+        objects.load_state_dict(state)
+        assert isinstance(fleet._store, ConfSeqFleet) and not fleet._store._objs
+        more = _records(3000, 30, seed=6, bad=False)
+        assert _norm(fleet.process_batch(more)) == _norm(objects.process_batch(more))
