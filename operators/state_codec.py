@@ -288,6 +288,13 @@ def _diff(old: Any, new: Any, path: list, ops: list) -> None:
     t = type(new)
     if t is not type(old):
         ops.append(["set", path, new])
+    elif t is str or t is int:  # the same type: == tells equal texts apart
+        if old != new:
+            if t is str and len(new) >= _XOR_MIN:
+                op = _xor_op(old, new, path)
+                ops.append(op if op is not None else ["set", path, new])
+            else:
+                ops.append(["set", path, new])
     elif _same(old, new):
         return
     elif t is dict and list(old) == list(new):
@@ -318,7 +325,7 @@ def _xor_op(old: str, new: str, path: list) -> list | None:
         return None  # not canonical base64: the round trip would not give it back
     n = len(b)
     x = np.frombuffer(a[:n].ljust(n, b"\0"), dtype=np.uint8) ^ np.frombuffer(b, dtype=np.uint8)
-    data = b2a_base64(zlib.compress(x.tobytes(), 6), newline=False).decode("ascii")
+    data = b2a_base64(zlib.compress(x.tobytes(), 1), newline=False).decode("ascii")
     if len(data) + 16 >= len(new):
         return None
     return ["xor64", path, data, n]
