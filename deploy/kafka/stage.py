@@ -630,7 +630,7 @@ class StageRunner:
         last_metrics = last_input = time.monotonic()
         try:
             while not self.stop.is_set():
-                batches = self._consumer.poll(timeout_ms=self.stage.batch["timeout_ms"])
+                batches = self._poll()
                 if self._joined and self._fatal is None:
                     # a cooperative join that added no partition: the listener was not
                     # called; what it does for an assignment still holds (ready, back)
@@ -676,6 +676,36 @@ class StageRunner:
                 self._drop_clients()  # what it holds may be of another cluster, or unwritable
             self._shutdown()
         return self.stats
+
+    def _poll(self) -> dict:
+        """One ``poll``; under ``cooperative-sticky`` the partitions this member keeps go on
+        while the group rebalances (KIP-429): kafka-python 3.0's ``poll`` returns nothing
+        while a join is in flight (it waits on the join for the whole timeout), so then
+        the records already fetched, and the next fetches, come from its fetcher (the
+        partitions it still owns; those revoked when the join completes are dropped by
+        the loop, which has no task for them)."""
+        timeout = self.stage.batch["timeout_ms"]
+        if not (self.cooperative and self._tasks and self._rebalancing()):
+            return self._consumer.poll(timeout_ms=timeout)
+        batches = self._consumer.poll(timeout_ms=min(timeout, 50))
+        if batches or not self._tasks or not self._rebalancing():
+            return batches
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        if fetcher is None:
+            return batches
+        records, _ = fetcher.fetch_records(self.stage.batch["max_records"],
+                                           update_offsets=True, timeout_ms=timeout)
+        return records
+
+    def _rebalancing(self) -> bool:
+        """Whether the consumer is in a join (kafka-python 3.0's internals; False without
+        them)."""
+        in_progress = getattr(getattr(self._consumer, "_coordinator", None),
+                              "rebalance_in_progress", None)
+        try:
+            return bool(in_progress()) if in_progress is not None else False
+        except Exception:
+            return False
 
     def _process(self, tp, task: PartitionTask, msgs) -> None:
         """One partition's messages of a poll: through the executor, then produced."""
