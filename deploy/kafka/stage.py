@@ -372,6 +372,9 @@ class StageRunner:
         for p in mine:
             self._tasks.pop(p, None)
         self.stats.partitions = sorted(self._tasks)
+        if mine:
+            log.info("stage %s: revoked %s (keeps %s)", self.stage.name, sorted(mine),
+                     self.stats.partitions)
 
     def _check_restored(self, partition: int, cp, end: int | None) -> None:
         """Refuse a checkpoint the stage cannot resume from (one line with the way out)."""
