@@ -27,6 +27,11 @@ to its offset, so the state never counts a record twice nor misses one.
   consumers read ``read_committed``. A crash aborts the open transaction and the stage
   resumes from the last committed marker.
 
+Rebalancing: ``consumer.assignor`` (default ``cooperative-sticky``, KIP-429) revokes only the
+partitions that move; the others keep their state and go on while the group rebalances
+(:meth:`StageRunner._poll`). The eager assignors (``range``, ``roundrobin``, ``sticky``)
+revoke every partition at every membership change.
+
 Each micro-batch goes through the same :class:`~shiftwatch.deploy.executor.StageExecutor` as a
 local replay (decode, validate, de-duplicate, the keyed operator chain, dead letters, outputs
 in input order), so a stage's outputs are byte for byte what ``shiftwatch replay`` writes,
