@@ -64,6 +64,7 @@ __all__ = [
     "GUARANTEES",
     "EMIT_CHOICES",
     "COMPRESSION_TYPES",
+    "ASSIGNORS",
 ]
 
 GUARANTEES = ("at-least-once", "exactly-once")
@@ -94,6 +95,18 @@ STAGE_SETTINGS = {
 PYTHON_OBJECT_SETTINGS = ("default_offset_commit_callback", "kafka_client", "metric_reporters",
                           "partition_assignment_strategy", "partitioner",
                           "sasl_oauth_token_provider", "selector", "ssl_context")
+#: ``consumer.assignor``: how the group spreads the input's partitions over a stage's members,
+#: by kafka-python assignor (``kafka.coordinator.assignors``). ``cooperative-sticky``
+#: (KIP-429, incremental): a membership change revokes only the partitions that move, the
+#: others stay with their member; the others are eager: every member gives up every
+#: partition at every change (``sticky`` gives most of them back to the same member).
+ASSIGNORS = {
+    "cooperative-sticky":
+        "kafka.coordinator.assignors.cooperative_sticky.CooperativeStickyAssignor",
+    "range": "kafka.coordinator.assignors.range.RangePartitionAssignor",
+    "roundrobin": "kafka.coordinator.assignors.roundrobin.RoundRobinPartitionAssignor",
+    "sticky": "kafka.coordinator.assignors.sticky.sticky_assignor.StickyPartitionAssignor",
+}
 #: The Kafka clients a stage makes, by kafka-python class.
 CLIENTS = {"consumer": "KafkaConsumer", "producer": "KafkaProducer", "admin": "KafkaAdminClient"}
 
@@ -136,6 +149,9 @@ def _kafka_section(kafka: Mapping, err) -> dict:
     for k in kafka:
         if k in STAGE_SETTINGS:
             raise err(f"kafka: {k} is set by the stage, not here: {STAGE_SETTINGS[k]}")
+        if k == "partition_assignment_strategy":
+            raise err(f"kafka: {k} takes Python classes, which a pipeline file cannot give; "
+                      f"set consumer.assignor ({', '.join(ASSIGNORS)}; per stage if need be)")
         if k in PYTHON_OBJECT_SETTINGS:
             raise err(f"kafka: {k} takes a Python object, which a pipeline file cannot give")
         if k not in accepted:
@@ -172,7 +188,8 @@ _SECTION_KEYS = {
     "checkpoint": ("every_records", "every_seconds", "chunk_bytes", "patches"),
     "batch": ("max_records", "timeout_ms"),
     "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
-                 "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes"),
+                 "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes",
+                 "assignor"),
     "producer": ("compression_type", "max_request_size", "linger_ms", "batch_size"),
     "topics": ("create", "create_input", "partitions", "replication_factor"),
     "metrics": ("file", "interval_seconds", "port", "address", "stalls_before_unhealthy"),
@@ -184,7 +201,8 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
                    "patches": True},
     "batch": {"max_records": 1000, "timeout_ms": 200},
     "consumer": {"max_poll_interval_ms": 300_000, "session_timeout_ms": 10_000,
-                 "heartbeat_interval_ms": 3_000, "auto_offset_reset": "earliest"},
+                 "heartbeat_interval_ms": 3_000, "auto_offset_reset": "earliest",
+                 "assignor": "cooperative-sticky"},
     # max_request_size: Kafka's default broker limit (message.max.bytes, 1 MiB); an output or
     # dead letter must fit in it (a larger output makes its input a dead letter, a larger
     # dead letter is cut). Raise both together.
@@ -401,6 +419,10 @@ def _section(value: Any, sec: str, where: str, base: dict, err) -> dict:
         if k in ("auto_offset_reset",):
             if v not in ("earliest", "latest"):
                 raise err(f"{where}: {sec}.{k} must be earliest or latest, got {v!r}")
+        elif k == "assignor":
+            if v not in ASSIGNORS:
+                raise err(f"{where}: {sec}.{k} must be one of {', '.join(ASSIGNORS)}, "
+                          f"got {v!r}")
         elif k == "file":
             if v is not None and not isinstance(v, str):
                 raise err(f"{where}: {sec}.{k} must be a path, got {v!r}")

@@ -27,6 +27,11 @@ to its offset, so the state never counts a record twice nor misses one.
   consumers read ``read_committed``. A crash aborts the open transaction and the stage
   resumes from the last committed marker.
 
+Rebalancing: ``consumer.assignor`` (default ``cooperative-sticky``, KIP-429) revokes only the
+partitions that move; the others keep their state and go on while the group rebalances
+(:meth:`StageRunner._poll`). The eager assignors (``range``, ``roundrobin``, ``sticky``)
+revoke every partition at every membership change.
+
 Each micro-batch goes through the same :class:`~shiftwatch.deploy.executor.StageExecutor` as a
 local replay (decode, validate, de-duplicate, the keyed operator chain, dead letters, outputs
 in input order), so a stage's outputs are byte for byte what ``shiftwatch replay`` writes,
@@ -58,7 +63,13 @@ from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, Stat
 from shiftwatch.deploy.kafka.connect import Outage, SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.dedupe import Deduper, end_slack
 from shiftwatch.deploy.kafka.topics import missing_topic, not_created
-from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig, client_settings
+from shiftwatch.deploy.pipeline import (
+    ASSIGNORS,
+    PipelineConfig,
+    PipelineError,
+    StageConfig,
+    client_settings,
+)
 from shiftwatch.operators.codec import encode_record
 from shiftwatch.operators.records import DeadLetter
 
@@ -126,6 +137,11 @@ class StageRunner:
         self.checkpointer.params = [operator_params(spec.build()) for spec in stage.operators]
         self.reset_state = (reset_state if reset_state in (None, "all")
                             else {int(p) for p in reset_state})
+        # consumer.assignor cooperative-sticky: a rebalance revokes (and assigns) only the
+        # partitions that move; the others keep their task and go on
+        self.cooperative = stage.consumer.get("assignor", "cooperative-sticky") == \
+            "cooperative-sticky"
+        self._joined = False  # a join completed whose assignment the listener has not seen
         self._fatal: BaseException | None = None  # raised by a rebalance callback
         self._failed = False  # the loop stopped on an error: no checkpoint on the way out
         self._asked: set[tuple[str, int]] = set()
@@ -208,6 +224,8 @@ class StageRunner:
             heartbeat_interval_ms=c["heartbeat_interval_ms"],
             max_poll_records=self.stage.batch["max_records"],
             isolation_level="read_committed" if self.eos else "read_uncommitted",
+            partition_assignment_strategy=[self._assignor(c.get("assignor",
+                                                                 "cooperative-sticky"))],
             **{k: c[k] for k in ("fetch_max_bytes", "max_partition_fetch_bytes") if k in c})
         # Larger batches than kafka-python's 16 KiB: fewer batches to build and send, and
         # less contention with the producer's I/O thread (which holds the accumulator's lock
@@ -227,6 +245,26 @@ class StageRunner:
         self.checkpointer.consumer = self._consumer
         self._reader = ChangelogReader(client_settings(self.client, "consumer"),
                                        self.changelog, read_committed=self.eos)
+
+    def _assignor(self, name: str) -> Any:
+        """An instance of the kafka-python assignor ``name`` (:data:`ASSIGNORS`) that also
+        notes each completed join in :attr:`_joined`: under the cooperative protocol the
+        group calls ``on_partitions_assigned`` only with partitions added, so a join that
+        adds none (a member that keeps what it had, or gets nothing) is seen here."""
+        import importlib
+
+        module, _, cls = ASSIGNORS[name].rpartition(".")
+        base = getattr(importlib.import_module(module), cls)
+        runner = self
+
+        class _Noting(base):
+            def on_assignment(self, assignment, generation):
+                runner._joined = True
+                return super().on_assignment(assignment, generation)
+
+        _Noting.__name__ = base.__name__
+        self._joined = False
+        return _Noting()
 
     def _drop_clients(self) -> None:
         """Close the clients without waiting for their work and forget them: after losing
@@ -253,7 +291,8 @@ class StageRunner:
 
     def on_assign(self, partitions) -> None:
         """Called inside ``poll`` (on the consumer's I/O thread) when the group gives this
-        member partitions.
+        member partitions (under ``cooperative-sticky`` only those added: the ones it keeps
+        keep their state; a join that adds none calls it with none).
 
         Restores each partition's newest checkpoint and seeks to its offset (to the beginning
         when there is none; partitions in :attr:`reset_state` start afresh). A checkpoint
@@ -319,12 +358,18 @@ class StageRunner:
             self.metrics.set_ready(True)
 
     def on_revoke(self, partitions) -> None:
-        """Called inside ``poll`` before partitions move to another member (and on close).
+        """Called inside ``poll`` before partitions move to another member (and on close):
+        under the eager assignors every partition before each join, under
+        ``cooperative-sticky`` only those that move, after the join that takes them away
+        (kafka-python then joins again, and the group gives them to their new member).
 
         Checkpoints and commits the revoked partitions, then drops their state. Errors are
         logged: the last checkpoint still holds, so the next owner replays from it.
         """
-        if self.metrics is not None:
+        if self.metrics is not None and not self.cooperative:
+            # eager: every partition goes, ready again once assigned; cooperative: only
+            # these go, the member goes on with the others (and may have none left: a
+            # member without partitions is ready, as after an empty assignment)
             self.metrics.set_ready(False)
         mine = [tp.partition for tp in partitions
                 if tp.topic == self.stage.input and tp.partition in self._tasks]
@@ -344,6 +389,9 @@ class StageRunner:
         for p in mine:
             self._tasks.pop(p, None)
         self.stats.partitions = sorted(self._tasks)
+        if mine:
+            log.info("stage %s: revoked %s (keeps %s)", self.stage.name, sorted(mine),
+                     self.stats.partitions)
 
     def _check_restored(self, partition: int, cp, end: int | None) -> None:
         """Refuse a checkpoint the stage cannot resume from (one line with the way out)."""
@@ -580,6 +628,7 @@ class StageRunner:
                 runner.on_lost(lost)
 
             def on_partitions_assigned(self, assigned):
+                runner._joined = False  # this join's assignment is handled
                 # Dropped by the group since the last assignment: leave it now that it is
                 # settled (tansu's group does not settle when a member leaves mid-join) and
                 # start over rather than restore in this session.
@@ -594,13 +643,18 @@ class StageRunner:
 
         self.prepare()
         self._clients()
-        self._consumer.subscribe([self.stage.input], listener=_Listener())
+        listener = _Listener()
+        self._consumer.subscribe([self.stage.input], listener=listener)
         max_poll_s = self.stage.consumer["max_poll_interval_ms"] / 1000
         metrics_every = self.config.metrics["interval_seconds"]
         last_metrics = last_input = time.monotonic()
         try:
             while not self.stop.is_set():
-                batches = self._consumer.poll(timeout_ms=self.stage.batch["timeout_ms"])
+                batches = self._poll()
+                if self._joined and self._fatal is None:
+                    # a cooperative join that added no partition: the listener was not
+                    # called; what it does for an assignment still holds (ready, back)
+                    listener.on_partitions_assigned(set())
                 if self._fatal is not None:
                     raise self._fatal
                 t0 = time.monotonic()
@@ -642,6 +696,36 @@ class StageRunner:
                 self._drop_clients()  # what it holds may be of another cluster, or unwritable
             self._shutdown()
         return self.stats
+
+    def _poll(self) -> dict:
+        """One ``poll``; under ``cooperative-sticky`` the partitions this member keeps go on
+        while the group rebalances (KIP-429): kafka-python 3.0's ``poll`` returns nothing
+        while a join is in flight (it waits on the join for the whole timeout), so then
+        the records already fetched, and the next fetches, come from its fetcher (the
+        partitions it still owns; those revoked when the join completes are dropped by
+        the loop, which has no task for them)."""
+        timeout = self.stage.batch["timeout_ms"]
+        if not (self.cooperative and self._tasks and self._rebalancing()):
+            return self._consumer.poll(timeout_ms=timeout)
+        batches = self._consumer.poll(timeout_ms=min(timeout, 50))
+        if batches or not self._tasks or not self._rebalancing():
+            return batches
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        if fetcher is None:
+            return batches
+        records, _ = fetcher.fetch_records(self.stage.batch["max_records"],
+                                           update_offsets=True, timeout_ms=timeout)
+        return records
+
+    def _rebalancing(self) -> bool:
+        """Whether the consumer is in a join (kafka-python 3.0's internals; False without
+        them)."""
+        in_progress = getattr(getattr(self._consumer, "_coordinator", None),
+                              "rebalance_in_progress", None)
+        try:
+            return bool(in_progress()) if in_progress is not None else False
+        except Exception:
+            return False
 
     def _process(self, tp, task: PartitionTask, msgs) -> None:
         """One partition's messages of a poll: through the executor, then produced."""

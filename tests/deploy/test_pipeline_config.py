@@ -49,6 +49,9 @@ def test_examples_exist():
     (_with({"guarantee": "at-most-once"}), "guarantee must be one of"),
     (_with({"checkpoint": {"every_records": 0}}), "checkpoint.every_records must be"),
     (_with({"batch": {"size": 3}}), "batch: unknown key 'size'"),
+    (_with({"consumer": {"assignor": "cooperative"}}),
+     "stages[0] (s): consumer.assignor must be one of cooperative-sticky, range, roundrobin, "
+     "sticky, got 'cooperative'"),
     (_with(kafka={"bootstrap_servers": "x", "sasl_pasword": "p"}),
      "kafka: unknown key 'sasl_pasword'"),
     (_with(stages=[]), "'stages' must be a non-empty list"),
@@ -167,6 +170,8 @@ def test_admin_client_takes_what_the_kafka_section_gives_it():
     ("compression_type", "set producer.compression_type"),
     ("linger_ms", "set producer.linger_ms"),
     ("partitioner", "Python object"),
+    ("partition_assignment_strategy", "set consumer.assignor (cooperative-sticky, range, "
+                                      "roundrobin, sticky; per stage if need be)"),
 ])
 def test_settings_the_stage_sets_are_refused_with_why(key, words):
     with pytest.raises(PipelineError) as info:
@@ -208,3 +213,36 @@ def test_topics_create_input_defaults_to_false():
     assert cfg.topics["create"] is True and cfg.topics["create_input"] is False
     with pytest.raises(PipelineError, match="topics.create_input must be true or false"):
         parse_pipeline(_with(topics={"create_input": "yes"}))
+
+
+def test_consumer_assignor_defaults_to_cooperative_sticky_and_is_per_stage():
+    cfg = parse_pipeline(_with(consumer={"assignor": "range"},
+                               stages=[GOOD["stages"][0],
+                                       {**GOOD["stages"][0], "name": "t", "output": "o2",
+                                        "consumer": {"assignor": "sticky"}}]))
+    assert [s.consumer["assignor"] for s in cfg.stages] == ["range", "sticky"]
+    assert parse_pipeline(_with()).stages[0].consumer["assignor"] == "cooperative-sticky"
+
+
+@pytest.mark.parametrize("name, protocol", [("cooperative-sticky", "COOPERATIVE"),
+                                            ("range", "EAGER"), ("roundrobin", "EAGER"),
+                                            ("sticky", "EAGER")])
+def test_each_assignor_is_a_kafka_python_assignor_that_notes_joins(name, protocol):
+    from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor, RebalanceProtocol
+
+    from shiftwatch.deploy.kafka.stage import StageRunner
+
+    cfg = parse_pipeline(_with({"consumer": {"assignor": name}}))
+    r = StageRunner(cfg, cfg.stages[0])
+    assert r.cooperative == (protocol == "COOPERATIVE")
+    a = r._assignor(name)
+    assert isinstance(a, AbstractPartitionAssignor) and a.name == name
+    assert max(a.supported_protocols()) == getattr(RebalanceProtocol, protocol)
+
+    class Assignment:
+        def partitions(self):
+            return []
+
+    assert r._joined is False
+    a.on_assignment(Assignment(), 3)
+    assert r._joined is True
