@@ -129,3 +129,20 @@ def test_every_readme_example_runs_verbatim(tmp_path):
         if proc.returncode:
             failures.append(f"python snippet:\n{text}\n{proc.stderr[-2000:]}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_every_readme_pipeline_parses(monkeypatch):
+    # The README's YAML blocks that are whole pipelines (a `stages:` list) load as pipelines
+    # (YAML and the settings both: a flow mapping with "{stage}" in it must be quoted).
+    import re
+
+    import yaml
+
+    from shiftwatch.deploy.pipeline import parse_pipeline
+
+    blocks = re.findall(r"^```yaml\n(.*?)^```", README, re.S | re.M)
+    pipelines = [b for b in blocks if re.search(r"^stages:", b, re.M)]
+    assert pipelines
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", "localhost:9092")
+    for text in pipelines:
+        parse_pipeline(yaml.safe_load(text), build_operators=False)
