@@ -88,6 +88,11 @@ VARIANTS = [
     # not in the default set: the same loop on confluent-kafka (librdkafka), the ceiling of
     # a stage on that client
     ("raw-confluent", "raw-confluent", None, None),
+    # not in the default set: the stage on kafka.client: confluent (issue 25)
+    ("adwin-confluent", "shiftwatch", "river:ADWIN", None),
+    ("adwin-confluent", "quix", "adwin", None),
+    ("cusum-confluent", "shiftwatch", "cs", None),
+    ("cusum-confluent", "quix", "cusum", None),
     # not in the default set: the stage without its locate window (the same state as the
     # Quix app's, ADWIN alone), against the Quix ADWIN app
     ("adwin-nolocate", "shiftwatch", "river:ADWIN", None),
@@ -95,12 +100,16 @@ VARIANTS = [
 ]
 #: Operator parameters of a variant's shiftwatch stage.
 PARAMS = {"adwin-nolocate": {"locate": False}}
+#: The Kafka client of a variant's shiftwatch stage (default kafka-python).
+CLIENT = {"adwin-confluent": "confluent", "cusum-confluent": "confluent"}
 ROW_NAMES = {
     "adwin": "`river:ADWIN` stage vs Quix ADWIN app (default checkpoints / commits)",
     "adwin-1000": "`river:ADWIN`, checkpoint every 1,000 vs Quix `commit_every=1000`",
     "cusum": "`cs` stage vs Quix app with a plain per-key CUSUM in JSON state",
     "raw": "raw kafka-python consume -> produce loop vs Quix CUSUM",
     "raw-confluent": "raw confluent-kafka consume -> produce loop vs Quix CUSUM",
+    "adwin-confluent": "`river:ADWIN` stage, `kafka.client: confluent` vs Quix ADWIN app",
+    "cusum-confluent": "`cs` stage, `kafka.client: confluent` vs Quix plain per-key CUSUM",
     "adwin-nolocate": "`river:ADWIN` with `locate: false` (no location window) vs Quix ADWIN "
                       "app",
 }
@@ -262,9 +271,10 @@ class Watched:
 
 
 def run_shiftwatch(bootstrap: str, topic: str, operator: str, every: int | None,
-                   work: Path, params: dict | None = None) -> tuple[Watched, dict, dict]:
+                   work: Path, params: dict | None = None, client: str = "kafka-python"
+                   ) -> tuple[Watched, dict, dict]:
     name = f"sw{uuid.uuid4().hex[:8]}"
-    doc = {"pipeline": name, "kafka": {"bootstrap_servers": bootstrap},
+    doc = {"pipeline": name, "kafka": {"bootstrap_servers": bootstrap, "client": client},
            "topics": {"create": True, "partitions": PARTITIONS},
            "guarantee": "at-least-once",
            # tansu: a group join waits about max_poll_interval_ms (as in the tests)
@@ -470,7 +480,7 @@ def one_run(bootstrap: str, topic: str, n: int, keys: int, variant: tuple, work:
     before = list_topics(bootstrap)
     if system == "shiftwatch":
         w, tinfo, extra = run_shiftwatch(bootstrap, topic, det, every, work,
-                                         PARAMS.get(name))
+                                         PARAMS.get(name), CLIENT.get(name, "kafka-python"))
     elif system == "quix":
         w, tinfo, extra = run_quix(bootstrap, topic, det, every, work)
     else:
@@ -528,8 +538,8 @@ def summarize(runs: list[dict], sizes: list[tuple[int, int]]) -> list[str]:
                   "state sw / Quix | outputs per input sw / Quix | alarms = local River/ref, "
                   "both |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-        for variant in ("adwin", "adwin-1000", "cusum", "raw", "raw-confluent",
-                        "adwin-nolocate"):
+        for variant in ("adwin", "adwin-confluent", "adwin-1000", "cusum", "cusum-confluent",
+                        "raw", "raw-confluent", "adwin-nolocate"):
             sw_sys = variant if variant.startswith("raw") else "shiftwatch"
             qv = "cusum" if variant.startswith("raw") else variant
             sw, q = get(variant, sw_sys), get(qv, "quix")
@@ -560,10 +570,10 @@ def summarize(runs: list[dict], sizes: list[tuple[int, int]]) -> list[str]:
                 ok_sw = all(r.get("alarms_match_local") for r in sw)
                 ok_q = all(r.get("alarms_match_local") for r in q)
                 same = all(a.get("alarm_positions") == sw[0].get("alarm_positions")
-                           for a in sw + (q if variant != "cusum" else []))
+                           for a in sw + (q if not variant.startswith("cusum") else []))
                 al = (f"{'yes' if ok_sw else 'NO'} / {'yes' if ok_q else 'NO'}"
                       f" ({int(m('alarms', sw))} / {int(m('alarms', q))} alarms)")
-                if variant != "cusum":
+                if not variant.startswith("cusum"):
                     al += f"; sw = Quix: {'yes' if same else 'NO'}"
                 cl = (f"{m('changelog_bytes', sw) / 1e6:.2f} / "
                       f"{m('changelog_bytes', q) / 1e6:.2f}")
