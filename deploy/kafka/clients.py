@@ -318,6 +318,11 @@ class ConfluentConsumer:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                if err.code() == KafkaError._MAX_POLL_EXCEEDED:
+                    # as kafka-python: the member left the group; the next poll rejoins
+                    # (the partitions come back through the rebalance callbacks)
+                    log.warning("confluent consumer: %s; rejoining the group", err.str())
+                    continue
                 raise KafkaException(err)
             r = Record(m)
             key = (r.topic, r.partition)
@@ -456,6 +461,9 @@ class ConfluentProducer:
         from confluent_kafka import Producer
 
         conf = rdkafka_conf(settings)
+        # keys go to the partitions kafka-python (and Java) choose: a pipeline may switch
+        # clients without moving keys between partitions
+        conf.setdefault("partitioner", "murmur2_random")
         if "transactional.id" in conf:
             conf.setdefault("enable.idempotence", True)
         self._conf = conf
