@@ -94,6 +94,9 @@ def rdkafka_conf(settings: dict) -> dict:
             v = "all"
         conf[name] = v
     conf.update(settings.get("librdkafka") or {})
+    # librdkafka's log through Python logging, under "kafka" (quiet unless --debug, as
+    # kafka-python's), not on stderr
+    conf.setdefault("logger", logging.getLogger("kafka.rdkafka"))
     if os.environ.get("SHIFTWATCH_RDKAFKA_DEBUG"):
         conf["debug"] = os.environ["SHIFTWATCH_RDKAFKA_DEBUG"]
     return conf
