@@ -17,6 +17,10 @@ runs flips every round), each process in a subprocess of its own:
   ``retention.bytes=-1`` (Quix reads those configs back and tansu only reports what was set);
 * a raw kafka-python consume -> ``json`` -> produce loop (partitions assigned, no group),
   for reference.
+* not by default (``--variants``): ``raw-confluent``, the same raw loop on confluent-kafka
+  (librdkafka: the ceiling of a stage on that client), and ``adwin-confluent`` /
+  ``cusum-confluent``, the ``river:ADWIN`` / ``cs`` stage with ``kafka: {client: confluent}``,
+  each against its Quix app run next to it.
 
 Measured per run, from what the run wrote (not from the process's own account):
 
