@@ -17,6 +17,10 @@ runs flips every round), each process in a subprocess of its own:
   ``retention.bytes=-1`` (Quix reads those configs back and tansu only reports what was set);
 * a raw kafka-python consume -> ``json`` -> produce loop (partitions assigned, no group),
   for reference.
+* not by default (``--variants``): ``raw-confluent``, the same raw loop on confluent-kafka
+  (librdkafka: the ceiling of a stage on that client), and ``adwin-confluent`` /
+  ``cusum-confluent``, the ``river:ADWIN`` / ``cs`` stage with ``kafka: {client: confluent}``,
+  each against its Quix app run next to it.
 
 Measured per run, from what the run wrote (not from the process's own account):
 
@@ -85,6 +89,14 @@ VARIANTS = [
     ("cusum", "shiftwatch", "cs", None),
     ("cusum", "quix", "cusum", None),
     ("raw", "raw", None, None),
+    # not in the default set: the same loop on confluent-kafka (librdkafka), the ceiling of
+    # a stage on that client
+    ("raw-confluent", "raw-confluent", None, None),
+    # not in the default set: the stage on kafka.client: confluent (issue 25)
+    ("adwin-confluent", "shiftwatch", "river:ADWIN", None),
+    ("adwin-confluent", "quix", "adwin", None),
+    ("cusum-confluent", "shiftwatch", "cs", None),
+    ("cusum-confluent", "quix", "cusum", None),
     # not in the default set: the stage without its locate window (the same state as the
     # Quix app's, ADWIN alone), against the Quix ADWIN app
     ("adwin-nolocate", "shiftwatch", "river:ADWIN", None),
@@ -92,11 +104,16 @@ VARIANTS = [
 ]
 #: Operator parameters of a variant's shiftwatch stage.
 PARAMS = {"adwin-nolocate": {"locate": False}}
+#: The Kafka client of a variant's shiftwatch stage (default kafka-python).
+CLIENT = {"adwin-confluent": "confluent", "cusum-confluent": "confluent"}
 ROW_NAMES = {
     "adwin": "`river:ADWIN` stage vs Quix ADWIN app (default checkpoints / commits)",
     "adwin-1000": "`river:ADWIN`, checkpoint every 1,000 vs Quix `commit_every=1000`",
     "cusum": "`cs` stage vs Quix app with a plain per-key CUSUM in JSON state",
     "raw": "raw kafka-python consume -> produce loop vs Quix CUSUM",
+    "raw-confluent": "raw confluent-kafka consume -> produce loop vs Quix CUSUM",
+    "adwin-confluent": "`river:ADWIN` stage, `kafka.client: confluent` vs Quix ADWIN app",
+    "cusum-confluent": "`cs` stage, `kafka.client: confluent` vs Quix plain per-key CUSUM",
     "adwin-nolocate": "`river:ADWIN` with `locate: false` (no location window) vs Quix ADWIN "
                       "app",
 }
@@ -258,9 +275,10 @@ class Watched:
 
 
 def run_shiftwatch(bootstrap: str, topic: str, operator: str, every: int | None,
-                   work: Path, params: dict | None = None) -> tuple[Watched, dict, dict]:
+                   work: Path, params: dict | None = None, client: str = "kafka-python"
+                   ) -> tuple[Watched, dict, dict]:
     name = f"sw{uuid.uuid4().hex[:8]}"
-    doc = {"pipeline": name, "kafka": {"bootstrap_servers": bootstrap},
+    doc = {"pipeline": name, "kafka": {"bootstrap_servers": bootstrap, "client": client},
            "topics": {"create": True, "partitions": PARTITIONS},
            "guarantee": "at-least-once",
            # tansu: a group join waits about max_poll_interval_ms (as in the tests)
@@ -293,9 +311,11 @@ def run_quix(bootstrap: str, topic: str, variant: str, every: int | None, work: 
                "state_dir": state_dir}, {"group": group}
 
 
-def run_raw(bootstrap: str, topic: str, n: int, work: Path) -> tuple[Watched, dict, dict]:
+def run_raw(bootstrap: str, topic: str, n: int, work: Path, client: str = "kafka-python"
+            ) -> tuple[Watched, dict, dict]:
     name = f"raw{uuid.uuid4().hex[:8]}"
-    cfg = {"bootstrap": bootstrap, "input": topic, "output": f"{name}.out", "n": n}
+    cfg = {"bootstrap": bootstrap, "input": topic, "output": f"{name}.out", "n": n,
+           "client": client}
     w = Watched([sys.executable, str(Path(__file__).resolve()), "--raw-loop", json.dumps(cfg)],
                 work / f"{name}.log", cwd=ROOT)
     return w, {"output": f"{name}.out", "changelog": []}, {}
@@ -303,6 +323,8 @@ def run_raw(bootstrap: str, topic: str, n: int, work: Path) -> tuple[Watched, di
 
 def raw_loop(cfg: dict) -> None:
     """The reference: consume (partitions assigned, no group) -> json -> produce, flush."""
+    if cfg.get("client") == "confluent":
+        return raw_loop_confluent(cfg)
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     c = KafkaConsumer(bootstrap_servers=cfg["bootstrap"], enable_auto_commit=False,
@@ -321,6 +343,34 @@ def raw_loop(cfg: dict) -> None:
             seen += len(msgs)
     p.flush()
     p.close()
+    c.close()
+
+
+def raw_loop_confluent(cfg: dict) -> None:
+    """:func:`raw_loop` on confluent-kafka: batches of ``consume(1000)``, ``linger.ms`` 5."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": cfg["bootstrap"], "group.id": f"{cfg['output']}.g",
+                  "enable.auto.commit": False, "session.timeout.ms": 10000})
+    p = Producer({"bootstrap.servers": cfg["bootstrap"], "linger.ms": 5})
+    c.assign([TopicPartition(cfg["input"], i, OFFSET_BEGINNING) for i in range(PARTITIONS)])
+    seen, n, out = 0, cfg["n"], cfg["output"]
+    while seen < n:
+        msgs = c.consume(1000, 0.2)
+        for m in msgs:
+            if m.error():
+                continue
+            r = json.loads(m.value())
+            r["seen"] = True
+            while True:
+                try:
+                    p.produce(out, key=m.key(), value=json.dumps(r).encode())
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            seen += 1
+        p.poll(0)
+    p.flush()
     c.close()
 
 
@@ -434,11 +484,12 @@ def one_run(bootstrap: str, topic: str, n: int, keys: int, variant: tuple, work:
     before = list_topics(bootstrap)
     if system == "shiftwatch":
         w, tinfo, extra = run_shiftwatch(bootstrap, topic, det, every, work,
-                                         PARAMS.get(name))
+                                         PARAMS.get(name), CLIENT.get(name, "kafka-python"))
     elif system == "quix":
         w, tinfo, extra = run_quix(bootstrap, topic, det, every, work)
     else:
-        w, tinfo, extra = run_raw(bootstrap, topic, n, work)
+        w, tinfo, extra = run_raw(bootstrap, topic, n, work,
+                                  "confluent" if system == "raw-confluent" else "kafka-python")
     usage = w.wait(timeout=900)
     msgs = read_topic(bootstrap, tinfo["output"], min_count=n)
     res, alarms, _ = check_outputs(msgs, n, keys)
@@ -491,9 +542,10 @@ def summarize(runs: list[dict], sizes: list[tuple[int, int]]) -> list[str]:
                   "state sw / Quix | outputs per input sw / Quix | alarms = local River/ref, "
                   "both |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-        for variant in ("adwin", "adwin-1000", "cusum", "raw", "adwin-nolocate"):
-            sw_sys = "raw" if variant == "raw" else "shiftwatch"
-            qv = "cusum" if variant == "raw" else variant
+        for variant in ("adwin", "adwin-confluent", "adwin-1000", "cusum", "cusum-confluent",
+                        "raw", "raw-confluent", "adwin-nolocate"):
+            sw_sys = variant if variant.startswith("raw") else "shiftwatch"
+            qv = "cusum" if variant.startswith("raw") else variant
             sw, q = get(variant, sw_sys), get(qv, "quix")
             if not sw or not q:
                 continue
@@ -514,7 +566,7 @@ def summarize(runs: list[dict], sizes: list[tuple[int, int]]) -> list[str]:
                 else "NO " + ",".join(f"{r['outputs_per_input']:.4f}" for r in sw),
                 "1" if all(r["outputs_per_input"] == 1 and r["every_input_once"] for r in q)
                 else "NO " + ",".join(f"{r['outputs_per_input']:.4f}" for r in q))
-            if variant == "raw":
+            if variant.startswith("raw"):
                 al = "-"
                 cl = "- / " + f"{m('changelog_bytes', q) / 1e6:.2f}"
                 bpk = "- / " + f"{m('bytes_per_key_state', q):,.0f}"
@@ -522,10 +574,10 @@ def summarize(runs: list[dict], sizes: list[tuple[int, int]]) -> list[str]:
                 ok_sw = all(r.get("alarms_match_local") for r in sw)
                 ok_q = all(r.get("alarms_match_local") for r in q)
                 same = all(a.get("alarm_positions") == sw[0].get("alarm_positions")
-                           for a in sw + (q if variant != "cusum" else []))
+                           for a in sw + (q if not variant.startswith("cusum") else []))
                 al = (f"{'yes' if ok_sw else 'NO'} / {'yes' if ok_q else 'NO'}"
                       f" ({int(m('alarms', sw))} / {int(m('alarms', q))} alarms)")
-                if variant != "cusum":
+                if not variant.startswith("cusum"):
                     al += f"; sw = Quix: {'yes' if same else 'NO'}"
                 cl = (f"{m('changelog_bytes', sw) / 1e6:.2f} / "
                       f"{m('changelog_bytes', q) / 1e6:.2f}")
@@ -562,7 +614,8 @@ def main() -> None:
 
     sizes = [(int(r), int(k)) for k, r in (s.split(":") for s in args.sizes.split(","))]
     wanted = set(args.variants.split(","))
-    variants = [v for v in VARIANTS if v[0] in wanted or (v[0] == "cusum" and "raw" in wanted
+    raws = {"raw", "raw-confluent"}
+    variants = [v for v in VARIANTS if v[0] in wanted or (v[0] == "cusum" and raws & wanted
                                                            and v[1] == "quix")]
     t_start = time.time()
     quix_env.ensure_venv(log=lambda m: print(f"Quix venv: {m}", flush=True))

@@ -147,6 +147,19 @@ def _kafka_section(kafka: Mapping, err) -> dict:
     stage sets itself is refused with why, anything else with the list of settings."""
     accepted = sorted(set().union(*kafka_settings().values()))
     for k in kafka:
+        if k == "client":
+            from shiftwatch.deploy.kafka.clients import CLIENT_CHOICES
+
+            if kafka[k] not in CLIENT_CHOICES:
+                raise err(f"kafka: client must be one of {', '.join(CLIENT_CHOICES)}, got "
+                          f"{kafka[k]!r}")
+            continue
+        if k == "librdkafka":
+            if not isinstance(kafka[k], Mapping) or not all(isinstance(n, str)
+                                                            for n in kafka[k]):
+                raise err("kafka: librdkafka must map librdkafka setting names to values "
+                          "(passed through with client: confluent)")
+            continue
         if k in STAGE_SETTINGS:
             raise err(f"kafka: {k} is set by the stage, not here: {STAGE_SETTINGS[k]}")
         if k == "partition_assignment_strategy":

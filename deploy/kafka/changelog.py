@@ -519,8 +519,9 @@ class ChangelogReader:
         Read only committed transactions (exactly-once stages).
     """
 
-    def __init__(self, client: dict, changelog: str, read_committed: bool = False):
-        from kafka import KafkaConsumer
+    def __init__(self, client: dict, changelog: str, read_committed: bool = False,
+                 kind: str = "kafka-python"):
+        from shiftwatch.deploy.kafka.clients import make_consumer
 
         self.changelog = changelog
         #: (partition, message key) -> changelog offset of its newest message (last read)
@@ -530,10 +531,11 @@ class ChangelogReader:
         self.last_messages = 0
         self.last_bytes = 0
         self.last_read_s = 0.0
-        self._consumer = KafkaConsumer(
-            **client, enable_auto_commit=False, group_id=None,
-            isolation_level="read_committed" if read_committed else "read_uncommitted",
-            max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)
+        self._consumer = make_consumer(kind, {
+            **client, "enable_auto_commit": False, "group_id": None,
+            "isolation_level": "read_committed" if read_committed else "read_uncommitted",
+            "max_partition_fetch_bytes": 8 * 1024 * 1024, "fetch_max_bytes": 64 * 1024 * 1024},
+            max_poll_records=500)
 
     def read(self, topic: str, partitions: Iterable[int], timeout_s: float = 60.0
              ) -> dict[int, Restored | None]:

@@ -80,9 +80,13 @@ def quiet_kafka_logs(debug: bool = False) -> None:
 
 
 def is_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` is kafka-python saying no broker answered the bootstrap."""
+    """Whether ``exc`` is kafka-python (or confluent-kafka: all brokers down, transport)
+    saying no broker answered the bootstrap."""
     name = type(exc).__name__
     module = type(exc).__module__ or ""
+    code = _confluent_code(exc)
+    if code is not None:
+        return code[0] in ("_ALL_BROKERS_DOWN", "_TRANSPORT")
     if not module.startswith("kafka"):
         return False
     return name == "NoBrokersAvailable" or (
@@ -129,6 +133,34 @@ _FORGOTTEN = ("UnknownProducerIdError", "OutOfOrderSequenceNumberError",
 _UNEXPECTED = re.compile(r"Unexpected error in (\w+?)(?:Response)?: (?:\[Error -?\d+\] )?(\w+)")
 
 
+#: confluent-kafka (librdkafka) error codes that mean the cluster is gone, was replaced or
+#: forgot this client (as kafka-python's retriable and "forgotten" errors above). A fatal
+#: error (``_FATAL``: a fenced producer) is not among them.
+CONFLUENT_LOST = frozenset({
+    "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_MSG_TIMED_OUT", "_RESOLVE",
+    "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "_WAIT_COORD", "_NO_OFFSET",
+    "UNKNOWN_TOPIC_OR_PART", "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
+    "COORDINATOR_LOAD_IN_PROGRESS", "NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE",
+    "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION", "UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION",
+    "REBALANCE_IN_PROGRESS", "UNKNOWN_PRODUCER_ID", "OUT_OF_ORDER_SEQUENCE_NUMBER",
+    "INVALID_PRODUCER_ID_MAPPING", "UNKNOWN", "_STATE", "NOT_ENOUGH_REPLICAS",
+})
+
+
+def _confluent_code(exc: BaseException) -> tuple[str, str] | None:
+    """(code name, text) of a confluent-kafka ``KafkaException``/``KafkaError``, else None."""
+    err = exc.args[0] if getattr(exc, "args", None) else exc
+    name = getattr(err, "name", None)
+    if not callable(name) or not callable(getattr(err, "str", None)):
+        return None
+    try:
+        if callable(getattr(err, "fatal", None)) and err.fatal():
+            return "_FATAL", err.str()
+        return str(name()), err.str()
+    except Exception:  # pragma: no cover
+        return None
+
+
 def lost_cluster(exc: BaseException) -> str | None:
     """A few words on why ``exc`` means the cluster is gone or was replaced, or None.
 
@@ -151,6 +183,12 @@ def lost_cluster(exc: BaseException) -> str | None:
     """
     if isinstance(exc, SessionLost):
         return str(exc)
+    code = _confluent_code(exc)
+    if code is not None:
+        if code[0] in CONFLUENT_LOST:
+            detail = " ".join(code[1].split())[:120]
+            return f"{code[0]}: {detail}" if detail else code[0]
+        return None
     try:
         from kafka import errors
     except ImportError:  # pragma: no cover - no client, nothing of it to classify

@@ -60,6 +60,7 @@ from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.kafka.changelog import ChangelogError, ChangelogReader
 from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, StateLoadError
+from shiftwatch.deploy.kafka.clients import check_client, client_kind, make_consumer, make_producer
 from shiftwatch.deploy.kafka.connect import Outage, SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.dedupe import Deduper, end_slack
 from shiftwatch.deploy.kafka.topics import missing_topic, not_created
@@ -121,6 +122,10 @@ class StageRunner:
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = metrics
         self.client = dict(config.kafka)
+        self.kind = client_kind(self.client)
+        problem = check_client(self.kind)
+        if problem is not None:
+            raise PipelineError(f"{config.source}: {problem}")
         self.eos = stage.guarantee == "exactly-once"
         self.group_id = config.group_id(stage)
         self.changelog = config.changelog_topic(stage)
@@ -139,8 +144,9 @@ class StageRunner:
                             else {int(p) for p in reset_state})
         # consumer.assignor cooperative-sticky: a rebalance revokes (and assigns) only the
         # partitions that move; the others keep their task and go on
+        # (kafka-python only: the confluent client runs eager assignors, see _clients)
         self.cooperative = stage.consumer.get("assignor", "cooperative-sticky") == \
-            "cooperative-sticky"
+            "cooperative-sticky" and self.kind != "confluent"
         self._joined = False  # a join completed whose assignment the listener has not seen
         self._fatal: BaseException | None = None  # raised by a rebalance callback
         self._failed = False  # the loop stopped on an error: no checkpoint on the way out
@@ -207,26 +213,33 @@ class StageRunner:
         return {t: out.get(t) for t in topics}
 
     def _clients(self) -> None:
-        from kafka import KafkaConsumer, KafkaProducer
-
         self._drop_clients()  # what a session that failed while starting left behind
         self._seen_connected = False  # a coordinator not found yet is not a lost one
         self._group_lost: list[int] | None = None  # partitions lost when the group dropped us
         self._lost_at = float("-inf")  # when this session last stopped reaching the cluster
         self._back_at = float("-inf")  # when it reached it again
         c = self.stage.consumer
-        self._consumer = KafkaConsumer(
-            **client_settings(self.client, "consumer"), group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset=c["auto_offset_reset"],
-            max_poll_interval_ms=c["max_poll_interval_ms"],
-            session_timeout_ms=c["session_timeout_ms"],
-            heartbeat_interval_ms=c["heartbeat_interval_ms"],
-            max_poll_records=self.stage.batch["max_records"],
-            isolation_level="read_committed" if self.eos else "read_uncommitted",
-            partition_assignment_strategy=[self._assignor(c.get("assignor",
-                                                                 "cooperative-sticky"))],
-            **{k: c[k] for k in ("fetch_max_bytes", "max_partition_fetch_bytes") if k in c})
+        settings = {
+            **self._settings("consumer"), "group_id": self.group_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": c["auto_offset_reset"],
+            "max_poll_interval_ms": c["max_poll_interval_ms"],
+            "session_timeout_ms": c["session_timeout_ms"],
+            "heartbeat_interval_ms": c["heartbeat_interval_ms"],
+            "isolation_level": "read_committed" if self.eos else "read_uncommitted",
+            **{k: c[k] for k in ("fetch_max_bytes", "max_partition_fetch_bytes") if k in c}}
+        assignor = c.get("assignor", "cooperative-sticky")
+        if self.kind == "confluent":
+            # The confluent wrapper assigns whole (eager) assignments: librdkafka's range or
+            # roundrobin; cooperative-sticky and sticky run as range there (a librdkafka
+            # partition.assignment.strategy under kafka.librdkafka still wins)
+            strategy = assignor if assignor in ("range", "roundrobin") else "range"
+            settings["librdkafka"] = {"partition.assignment.strategy": strategy,
+                                      **(settings.get("librdkafka") or {})}
+        else:
+            settings["partition_assignment_strategy"] = [self._assignor(assignor)]
+        self._consumer = make_consumer(self.kind, settings,
+                                       max_poll_records=self.stage.batch["max_records"])
         # Larger batches than kafka-python's 16 KiB: fewer batches to build and send, and
         # less contention with the producer's I/O thread (which holds the accumulator's lock
         # while it drains). linger_ms bounds the added latency.
@@ -238,13 +251,21 @@ class StageRunner:
             else pr["compression_type"]}
         if self.eos:
             extra["transactional_id"] = f"{self.group_id}.{self.instance}"
-        self._producer = KafkaProducer(**client_settings(self.client, "producer"), **extra)
+        self._producer = make_producer(self.kind, {**self._settings("producer"), **extra})
         if self.eos:
             self._producer.init_transactions()
         self.checkpointer.producer = self._producer
         self.checkpointer.consumer = self._consumer
-        self._reader = ChangelogReader(client_settings(self.client, "consumer"),
-                                       self.changelog, read_committed=self.eos)
+        self._reader = ChangelogReader(self._settings("consumer"), self.changelog,
+                                       read_committed=self.eos, kind=self.kind)
+
+    def _settings(self, client: str) -> dict:
+        """The ``kafka:`` settings of one client (with ``client: confluent``, also the
+        ``librdkafka:`` pass-through)."""
+        out = client_settings(self.client, client)
+        if self.kind == "confluent" and self.client.get("librdkafka"):
+            out["librdkafka"] = dict(self.client["librdkafka"])
+        return out
 
     def _assignor(self, name: str) -> Any:
         """An instance of the kafka-python assignor ``name`` (:data:`ASSIGNORS`) that also
@@ -668,6 +689,8 @@ class StageRunner:
                             self._process(tp, task, msgs)
                 self.checkpointer.after_batch()
                 now = time.monotonic()
+                if n:
+                    last_input = now  # idle counts from the end of the last batch of input
                 self._observe(now - t0 if n else None)
                 if now - t0 > 0.5 * max_poll_s:
                     log.warning("stage %s: a batch took %.1f s, over half of "
@@ -825,6 +848,9 @@ class StageRunner:
     def _connected(self) -> bool:
         """Whether the stage reaches its cluster: the consumer knows its group coordinator
         (kafka-python 3.0's internals; a client without them counts as connected)."""
+        own = getattr(self._consumer, "connected", None)  # the confluent client's
+        if own is not None:
+            return own()
         unknown = getattr(getattr(self._consumer, "_coordinator", None),
                           "coordinator_unknown", None)
         if unknown is None:

@@ -246,3 +246,50 @@ def test_each_assignor_is_a_kafka_python_assignor_that_notes_joins(name, protoco
     assert r._joined is False
     a.on_assignment(Assignment(), 3)
     assert r._joined is True
+
+
+def test_kafka_client_is_checked_and_librdkafka_settings_pass_through(monkeypatch):
+    from shiftwatch.deploy.kafka import clients
+
+    with pytest.raises(PipelineError) as info:
+        parse_pipeline(_with(kafka={"bootstrap_servers": "k", "client": "rdkafka"}),
+                       source="p.yaml")
+    assert str(info.value) == ("p.yaml: kafka: client must be one of kafka-python, confluent, "
+                               "got 'rdkafka'")
+    with pytest.raises(PipelineError, match="librdkafka must map"):
+        parse_pipeline(_with(kafka={"bootstrap_servers": "k", "librdkafka": ["x"]}))
+    cfg = parse_pipeline(_with(kafka={"bootstrap_servers": "k", "client": "confluent",
+                                      "librdkafka": {"socket.keepalive.enable": True}}))
+    assert clients.client_kind(cfg.kafka) == "confluent"
+    monkeypatch.setenv("SHIFTWATCH_KAFKA_CLIENT", "confluent")
+    assert clients.client_kind({}) == "confluent"
+    assert clients.client_kind({"client": "kafka-python"}) == "kafka-python"  # the file wins
+    assert "must be one of" in clients.check_client("nope")
+    conf = clients.rdkafka_conf({"bootstrap_servers": ["a:1", "b:2"], "linger_ms": 5,
+                                 "bootstrap_timeout_ms": 1000, "compression_type": None,
+                                 "librdkafka": {"socket.keepalive.enable": True}})
+    assert conf == {"bootstrap.servers": "a:1,b:2", "linger.ms": 5,
+                    "socket.keepalive.enable": True, "logger": conf["logger"]}
+
+
+def test_confluent_errors_are_classified():
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from shiftwatch.deploy.kafka.connect import is_unreachable, lost_cluster
+
+    KafkaError, KafkaException = confluent_kafka.KafkaError, confluent_kafka.KafkaException
+    assert lost_cluster(KafkaException(KafkaError(KafkaError._TRANSPORT, "down"))) == \
+        "_TRANSPORT: down"
+    assert lost_cluster(KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))) is not None
+    assert lost_cluster(KafkaException(KafkaError(KafkaError._FATAL, "fenced", fatal=True))) \
+        is None
+    assert lost_cluster(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))) \
+        is None
+    assert is_unreachable(KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN)))
+
+
+def test_the_confluent_client_runs_eager_assignors():
+    # the confluent wrapper assigns whole assignments: cooperative-sticky runs as range
+    from shiftwatch.deploy.kafka.stage import StageRunner
+
+    cfg = parse_pipeline(_with(kafka={"bootstrap_servers": "k", "client": "confluent"}))
+    assert StageRunner(cfg, cfg.stages[0]).cooperative is False

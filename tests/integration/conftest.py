@@ -16,6 +16,26 @@ import pytest
 
 from shiftwatch.deploy.kafka.broker import BrokerError, start_broker, stop_broker
 
+#: The Kafka clients a stage can run on (``kafka.client``); tests marked ``both_clients``
+#: (modules: ``pytestmark``) run once on each, the others on SHIFTWATCH_KAFKA_CLIENT's
+#: (default kafka-python).
+CLIENTS = ("kafka-python", "confluent")
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.get_closest_marker("both_clients"):
+        metafunc.parametrize("kafka_client", CLIENTS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def kafka_client(request, monkeypatch) -> str:
+    """The stage's Kafka client in this test (set in the environment, so that stage
+    subprocesses use it too)."""
+    kind = getattr(request, "param", None)
+    if kind is not None:
+        monkeypatch.setenv("SHIFTWATCH_KAFKA_CLIENT", kind)
+    return kind or os.environ.get("SHIFTWATCH_KAFKA_CLIENT", "kafka-python")
+
 
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import urlopen
 
+import pytest
 from kafka import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 from kafka_helpers import (
@@ -44,6 +45,9 @@ from shiftwatch.deploy.kafka.checkpoint import Checkpointer
 from shiftwatch.deploy.kafka.stage import StageRunner
 from shiftwatch.deploy.observability import MetricsServer
 from shiftwatch.deploy.pipeline import load_pipeline
+
+#: the stage's crash, restart and checkpoint guarantees, on each Kafka client
+pytestmark = pytest.mark.both_clients
 
 TCP_TIME_WAIT = "06"  # the state column of /proc/net/tcp
 

@@ -165,6 +165,7 @@ def test_an_spd_matrix_that_overflows_is_a_dead_letter(kafka_bootstrap, real_kaf
 # ---- an error that escapes mid-batch: nothing of the batch is committed -----------------
 
 
+@pytest.mark.both_clients
 def test_an_error_mid_batch_commits_nothing_and_the_restart_processes_it(
         kafka_bootstrap, real_kafka, tmp_path, monkeypatch):
     from shiftwatch.deploy.executor import StageExecutor
@@ -291,6 +292,7 @@ def test_every_compression_codec_in_and_out(kafka_bootstrap, real_kafka, tmp_pat
 # ---- a graceful hand-over: the new member resumes where the old one checkpointed ----------
 
 
+@pytest.mark.both_clients
 def test_a_graceful_hand_over_produces_no_duplicates(kafka_bootstrap, real_kafka, tmp_path):
     name = unique()
     create_topics(kafka_bootstrap, 4, f"{name}.in")

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import pytest
 from kafka import KafkaProducer
 from kafka_helpers import (
     ROOT,
@@ -30,6 +31,9 @@ from shiftwatch.deploy.cli import main
 from shiftwatch.deploy.kafka.consume import ALARM_COLUMNS, OUTPUT_COLUMNS
 from shiftwatch.deploy.kafka.dedupe import coordinates, dedupe
 from shiftwatch.operators import create
+
+#: the stage's crash, restart and checkpoint guarantees, on each Kafka client
+pytestmark = pytest.mark.both_clients
 
 FIELDS = ("ts", "alarm", "statistic", "change_at")
 

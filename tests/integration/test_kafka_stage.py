@@ -6,6 +6,7 @@ import base64
 import json
 import signal
 
+import pytest
 from kafka import KafkaProducer
 from kafka_helpers import (
     by_key,
@@ -31,6 +32,9 @@ from shiftwatch.deploy.kafka.dedupe import dedupe
 from shiftwatch.deploy.kafka.stage import run_pipeline
 from shiftwatch.deploy.pipeline import load_pipeline
 from shiftwatch.operators.state_codec import dumps_state, loads_state
+
+#: the stage's crash, restart and checkpoint guarantees, on each Kafka client
+pytestmark = pytest.mark.both_clients
 
 CHAIN = [("standardize", {"burn_in": 30}), ("river:ADWIN", {"delta": 0.01})]
 
