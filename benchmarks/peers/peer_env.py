@@ -149,6 +149,28 @@ def ensure_venv(venv: str | os.PathLike | None = None, python: str | None = None
     base_version = _base_python_version(python)
     wanted = _wanted_marker(base_version)
 
+    def finish() -> None:
+        check = subprocess.run(
+            [str(vpy), "-c", "from importlib.metadata import version; print(version('claspy'))"],
+            check=True, capture_output=True, text=True, env=peer_env(venv),
+        )
+        if check.stdout.strip() != CLASPY_VERSION:
+            raise RuntimeError(f"claspy {check.stdout.strip()!r} installed, "
+                               f"wanted {CLASPY_VERSION}")
+        # fill numba's cache (claspy's functions are njit(cache=True)); no series
+        subprocess.run([str(vpy), str(PEER_SCRIPT)], input='{"series": []}', check=True,
+                       capture_output=True, text=True, env=peer_env(venv))
+
+    return make_venv(venv, python, PINS, wanted, finish, quiet, say)
+
+
+def make_venv(venv: Path, python: str, pins, wanted: dict, finish, quiet: bool = True,
+              say=lambda msg: None) -> str:
+    """The python of a venv at ``venv`` with ``pins`` installed, made (under a lock) unless
+    its marker already holds ``wanted``; ``finish()`` checks and warms a new one before the
+    marker is written. Shared by the peers' venvs (ClaSS here, Quix in quix_env.py)."""
+    vpy = _venv_python(venv)
+
     def ready() -> bool:
         marker = _read_marker(venv) or {}
         return vpy.exists() and all(marker.get(k) == v for k, v in wanted.items())
@@ -161,23 +183,14 @@ def ensure_venv(venv: str | os.PathLike | None = None, python: str | None = None
         if venv.exists() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
             raise RuntimeError(f"{venv} exists, is not empty and is not a venv: not touching it")
         t0 = time.perf_counter()
-        say(f"creating venv {venv} with {python} ({base_version})")
+        say(f"creating venv {venv} with {python} ({wanted.get('python')})")
         # --clear: a venv without a matching marker is stale or half made
         subprocess.run([python, "-m", "venv", "--clear", str(venv)], check=True)
         pip = [str(vpy), "-m", "pip", "--disable-pip-version-check", "--no-input"]
         if quiet:
             pip.append("-q")
-        subprocess.run([*pip, "install", *PINS], check=True, env=peer_env(venv))
-        check = subprocess.run(
-            [str(vpy), "-c", "from importlib.metadata import version; print(version('claspy'))"],
-            check=True, capture_output=True, text=True, env=peer_env(venv),
-        )
-        if check.stdout.strip() != CLASPY_VERSION:
-            raise RuntimeError(f"claspy {check.stdout.strip()!r} installed, "
-                               f"wanted {CLASPY_VERSION}")
-        # fill numba's cache (claspy's functions are njit(cache=True)); no series
-        subprocess.run([str(vpy), str(PEER_SCRIPT)], input='{"series": []}', check=True,
-                       capture_output=True, text=True, env=peer_env(venv))
+        subprocess.run([*pip, "install", *pins], check=True, env=peer_env(venv))
+        finish()
         (venv / MARKER).write_text(json.dumps(
             {**wanted, "created_s": round(time.perf_counter() - t0, 1),
              "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -18,14 +18,13 @@ Only the standard library is imported here.
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_env import _base_python_version, _lock, _read_marker, _venv_python, peer_env  # noqa: E402
+from peer_env import _base_python_version, _venv_python, make_venv, peer_env  # noqa: E402
 
 DEFAULT_VENV = Path("~/.cache/shiftwatch-peers/quix").expanduser()
 APP_SCRIPT = Path(__file__).resolve().with_name("quix_app.py")
@@ -98,24 +97,7 @@ def ensure_venv(venv: str | Path | None = None, python: str | None = None,
     wanted = {"format": MARKER_FORMAT, "pins": list(PINS),
               "python": _base_python_version(python)}
 
-    def ready() -> bool:
-        marker = _read_marker(venv) or {}
-        return vpy.exists() and all(marker.get(k) == v for k, v in wanted.items())
-
-    if ready():
-        return str(vpy)
-    with _lock(venv.parent / (venv.name + ".lock")):
-        if ready():
-            return str(vpy)
-        if venv.exists() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
-            raise RuntimeError(f"{venv} exists, is not empty and is not a venv: not touching it")
-        t0 = time.perf_counter()
-        say(f"creating venv {venv} with {python} ({wanted['python']})")
-        subprocess.run([python, "-m", "venv", "--clear", str(venv)], check=True)
-        pip = [str(vpy), "-m", "pip", "--disable-pip-version-check", "--no-input"]
-        if quiet:
-            pip.append("-q")
-        subprocess.run([*pip, "install", *PINS], check=True, env=peer_env(venv))
+    def finish() -> None:
         check = subprocess.run(
             [str(vpy), str(APP_SCRIPT), "--versions"], check=True, capture_output=True,
             text=True, env=peer_env(venv))
@@ -123,12 +105,8 @@ def ensure_venv(venv: str | Path | None = None, python: str | None = None,
         if got.get("quixstreams") != QUIXSTREAMS_VERSION or got.get("river") != RIVER_VERSION:
             raise RuntimeError(f"the Quix venv has {got}, wanted quixstreams "
                                f"{QUIXSTREAMS_VERSION} and river {RIVER_VERSION}")
-        (venv / MARKER).write_text(json.dumps(
-            {**wanted, "created_s": round(time.perf_counter() - t0, 1),
-             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-             "platform": platform.platform()}, indent=1))
-        say(f"venv ready in {time.perf_counter() - t0:.1f} s")
-    return str(vpy)
+
+    return make_venv(venv, python, PINS, wanted, finish, quiet, say)
 
 
 def versions(venv: str | Path | None = None) -> dict:
