@@ -479,7 +479,7 @@ class ConfSeqDetector(RiverDriftDetector):
         """The learned arrays themselves (not copies)."""
         config = self._CONFIG
         return {k: v for k, v in vars(self).items()
-                if k[0] == "_" and k[1] != "_" and k not in config
+                if k.startswith("_") and not k.startswith("__") and k not in config
                 and isinstance(v, np.ndarray)}
 
     def load_state_dict(self, state: Mapping) -> None:
