@@ -98,7 +98,9 @@ def rdkafka_conf(settings: dict) -> dict:
     # kafka-python's), not on stderr
     conf.setdefault("logger", logging.getLogger("kafka.rdkafka"))
     if os.environ.get("SHIFTWATCH_RDKAFKA_DEBUG"):
+        # librdkafka's debug contexts (e.g. "consumer,fetch,cgrp"), shown even without --debug
         conf["debug"] = os.environ["SHIFTWATCH_RDKAFKA_DEBUG"]
+        logging.getLogger("kafka.rdkafka").setLevel(logging.DEBUG)
     return conf
 
 
@@ -186,6 +188,7 @@ class ConfluentConsumer:
         self._listener = None
         self._in_assign: dict | None = None  # partition -> offset, during on_assign
         self._assigned: dict = {}  # ktp -> offset (manual assignment)
+        self._pending = False  # the manual assignment is not yet given to librdkafka
         self._pos: dict = {}  # ktp -> next offset to consume
         self._paused: set = set()
         self._commit_cb = None
@@ -245,14 +248,23 @@ class ConfluentConsumer:
                           on_lost=on_lost)
 
     def assign(self, tps):
+        """A manual assignment; it reaches librdkafka at the next :meth:`poll` (or
+        :meth:`pause`), so seeks made before it are part of it: one ``assign`` with the
+        offsets to start at. (Assigning at the stored offset and then again at the
+        beginning races in librdkafka: an outdated reply to the first assignment's offset
+        query can start the partition at its end.)"""
         from confluent_kafka import OFFSET_STORED
 
         self._assigned = {tp: OFFSET_STORED for tp in tps}
         self._paused = set()
-        if tps:
-            self._c.assign([_ctp(tp, OFFSET_STORED) for tp in tps])
-        else:
+        self._pending = bool(tps)
+        if not tps:
             self._c.unassign()
+
+    def _flush_assign(self):
+        if self._pending:
+            self._pending = False
+            self._c.assign([_ctp(t, o) for t, o in self._assigned.items()])
 
     def _reassign(self, tp, offset):
         if self._in_assign is not None:
@@ -260,7 +272,8 @@ class ConfluentConsumer:
             return
         if tp in self._assigned:
             self._assigned[tp] = offset
-            self._c.assign([_ctp(t, o) for t, o in self._assigned.items()])
+            if not self._pending:
+                self._c.assign([_ctp(t, o) for t, o in self._assigned.items()])
         else:
             self._c.seek(_ctp(tp, offset))
 
@@ -309,6 +322,7 @@ class ConfluentConsumer:
     def poll(self, timeout_ms: int = 0, max_records: int | None = None):
         from confluent_kafka import KafkaError, KafkaException
 
+        self._flush_assign()
         msgs = self._c.consume(max_records or self._max, timeout_ms / 1000)
         out: dict = {}
         if not msgs:
@@ -354,6 +368,7 @@ class ConfluentConsumer:
         return self._c.consumer_group_metadata()
 
     def pause(self, *tps):
+        self._flush_assign()
         self._paused |= set(tps)
         self._c.pause([_ctp(tp) for tp in tps])
 
