@@ -1,7 +1,8 @@
 """Rebalance pauses: how long each input partition's outputs stop when the group changes.
 
-Run ``python benchmarks/rebalance.py`` (starts tansu on a free port; ``--bootstrap
-HOST:PORT`` to use a running cluster; ``--quick`` for a smoke run). For each assignor
+Run ``python benchmarks/rebalance.py`` (starts tansu on a free port; ``--client confluent``
+for members on librdkafka; ``--bootstrap HOST:PORT`` to use a running cluster; ``--quick``
+for a smoke run). For each assignor
 (``range``, eager, and ``cooperative-sticky``, the default; alternating, ``--rounds`` times)
 it makes a 6-partition input topic, and while a producer writes ``--rate`` records/s over
 2,000 keys into it, runs members of one stage (separate ``shiftwatch run`` processes,
@@ -163,7 +164,7 @@ def wait_settled(members: dict[str, Member], want: int, timeout: float) -> float
 
 
 def one_run(bootstrap: str, assignor: str, rate: float, work: Path, phase_s: float,
-            warm_s: float) -> dict:
+            warm_s: float, client: str = "kafka-python") -> dict:
     name = f"rb{uuid.uuid4().hex[:6]}"
     inp, out = f"{name}.in", f"{name}.out"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -172,7 +173,7 @@ def one_run(bootstrap: str, assignor: str, rate: float, work: Path, phase_s: flo
     admin.close()
     pipeline = work / f"{name}.yaml"
     pipeline.write_text(yaml.safe_dump({
-        "pipeline": name, "kafka": {"bootstrap_servers": bootstrap},
+        "pipeline": name, "kafka": {"bootstrap_servers": bootstrap, "client": client},
         "consumer": {**TIMING, "assignor": assignor},
         "checkpoint": {"every_records": 2000, "every_seconds": 5.0},
         "metrics": {"interval_seconds": 5.0},
@@ -293,6 +294,15 @@ def table(runs: list[dict]) -> list[str]:
     return lines
 
 
+def client_version(client: str) -> str:
+    if client == "confluent":
+        import confluent_kafka
+
+        return (f"confluent-kafka {confluent_kafka.version()[0]} "
+                f"(librdkafka {confluent_kafka.libversion()[0]})")
+    return f"kafka-python {__import__('kafka').__version__}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bootstrap")
@@ -301,8 +311,14 @@ def main() -> None:
     ap.add_argument("--phase-s", type=float, default=12.0,
                     help="seconds after a change settles before the next")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "rebalance.md"))
+    ap.add_argument("--client", choices=("kafka-python", "confluent"), default="kafka-python",
+                    help="the members' kafka.client")
+    ap.add_argument("--output", help="default benchmarks/results/rebalance.md "
+                    "(rebalance-confluent.md with --client confluent)")
     args = ap.parse_args()
+    if args.output is None:
+        args.output = str(ROOT / "benchmarks" / "results" / (
+            "rebalance.md" if args.client == "kafka-python" else "rebalance-confluent.md"))
     if args.quick:
         args.rounds, args.phase_s, args.rate = 1, 5.0, 500.0
     from shiftwatch.deploy.kafka.broker import start_broker, stop_broker
@@ -316,7 +332,8 @@ def main() -> None:
     try:
         for r in range(args.rounds):
             for assignor in ("range", "cooperative-sticky"):
-                run = one_run(bootstrap, assignor, args.rate, work, args.phase_s, 8.0)
+                run = one_run(bootstrap, assignor, args.rate, work, args.phase_s, 8.0,
+                              args.client)
                 run["round"] = r + 1
                 runs.append(run)
                 print("\n".join(table([run])[2:]), flush=True)
@@ -331,8 +348,7 @@ def main() -> None:
         "",
         f"Command: `{cmd.strip()}` ({took / 60:.1f} min). Machine: {platform.machine()}, "
         f"{os.cpu_count()} cores (shared with other work), Python "
-        f"{platform.python_version()}, kafka-python "
-        f"{__import__('kafka').__version__}, broker: "
+        f"{platform.python_version()}, members' client: {client_version(args.client)}, broker: "
         f"{'tansu (in memory, one node)' if proc is not None else args.bootstrap}. "
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
         "",

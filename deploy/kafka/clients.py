@@ -183,6 +183,8 @@ class ConfluentConsumer:
         conf.setdefault("receive.message.max.bytes", fetch + 1024 * 1024)
         conf["on_commit"] = self._on_commit
         conf["error_cb"] = self._on_error
+        #: the group runs the incremental (cooperative) protocol
+        self.cooperative = "cooperative" in str(conf.get("partition.assignment.strategy", ""))
         self._c = Consumer(conf)
         self._max = max_poll_records
         self._listener = None
@@ -212,7 +214,12 @@ class ConfluentConsumer:
         return self.connected_ok
 
     def subscribe(self, topics, listener=None):
+        """Join the group on ``topics``; ``listener`` as kafka-python's
+        ``ConsumerRebalanceListener``. Under librdkafka's ``cooperative-sticky`` strategy
+        (KIP-429) the callbacks get only the partitions added or taken away (possibly none)
+        and the partitions kept go on being fetched and delivered during the rebalance."""
         self._listener = listener
+        coop = self.cooperative
 
         def on_assign(consumer, partitions):
             ktps = [_ktp(p) for p in partitions]
@@ -223,17 +230,30 @@ class ConfluentConsumer:
             finally:
                 seeks, self._in_assign = self._in_assign, None
                 from confluent_kafka import OFFSET_STORED
-                self._c.assign([_ctp(tp, seeks.get(tp, OFFSET_STORED)) for tp in ktps])
+                tps = [_ctp(tp, seeks.get(tp, OFFSET_STORED)) for tp in ktps]
+                if coop:
+                    self._c.incremental_assign(tps)
+                else:
+                    self._c.assign(tps)
                 for tp in ktps:
                     if tp in seeks and seeks[tp] >= 0:
                         self._pos[tp] = seeks[tp]
+
+        def _unassign(partitions):
+            if coop:
+                if partitions:
+                    self._c.incremental_unassign(partitions)
+                for p in partitions:
+                    self._pos.pop(_ktp(p), None)
+            else:
+                self._c.unassign()
 
         def on_revoke(consumer, partitions):
             try:
                 if listener is not None:
                     listener.on_partitions_revoked([_ktp(p) for p in partitions])
             finally:
-                self._c.unassign()
+                _unassign(partitions)
 
         def on_lost(consumer, partitions):
             try:
@@ -242,7 +262,7 @@ class ConfluentConsumer:
                     ktps = [_ktp(p) for p in partitions]
                     (lost or listener.on_partitions_revoked)(ktps)
             finally:
-                self._c.unassign()
+                _unassign(partitions)
 
         self._c.subscribe(list(topics), on_assign=on_assign, on_revoke=on_revoke,
                           on_lost=on_lost)

@@ -29,8 +29,9 @@ to its offset, so the state never counts a record twice nor misses one.
 
 Rebalancing: ``consumer.assignor`` (default ``cooperative-sticky``, KIP-429) revokes only the
 partitions that move; the others keep their state and go on while the group rebalances
-(:meth:`StageRunner._poll`). The eager assignors (``range``, ``roundrobin``, ``sticky``)
-revoke every partition at every membership change.
+(:meth:`StageRunner._poll` on kafka-python; librdkafka delivers them through the rebalance by
+itself). The eager assignors (``range``, ``roundrobin``, ``sticky``) revoke every partition at
+every membership change.
 
 Each micro-batch goes through the same :class:`~shiftwatch.deploy.executor.StageExecutor` as a
 local replay (decode, validate, de-duplicate, the keyed operator chain, dead letters, outputs
@@ -143,10 +144,10 @@ class StageRunner:
         self.reset_state = (reset_state if reset_state in (None, "all")
                             else {int(p) for p in reset_state})
         # consumer.assignor cooperative-sticky: a rebalance revokes (and assigns) only the
-        # partitions that move; the others keep their task and go on
-        # (kafka-python only: the confluent client runs eager assignors, see _clients)
+        # partitions that move; the others keep their task and go on (on both clients;
+        # _clients() reads what librdkafka was told, kafka.librdkafka may override it)
         self.cooperative = stage.consumer.get("assignor", "cooperative-sticky") == \
-            "cooperative-sticky" and self.kind != "confluent"
+            "cooperative-sticky"
         self._joined = False  # a join completed whose assignment the listener has not seen
         self._fatal: BaseException | None = None  # raised by a rebalance callback
         self._failed = False  # the loop stopped on an error: no checkpoint on the way out
@@ -230,16 +231,19 @@ class StageRunner:
             **{k: c[k] for k in ("fetch_max_bytes", "max_partition_fetch_bytes") if k in c}}
         assignor = c.get("assignor", "cooperative-sticky")
         if self.kind == "confluent":
-            # The confluent wrapper assigns whole (eager) assignments: librdkafka's range or
-            # roundrobin; cooperative-sticky and sticky run as range there (a librdkafka
-            # partition.assignment.strategy under kafka.librdkafka still wins)
-            strategy = assignor if assignor in ("range", "roundrobin") else "range"
+            # librdkafka's own assignors: cooperative-sticky (incremental), range and
+            # roundrobin (eager); it has no eager sticky, which runs as range there (a
+            # librdkafka partition.assignment.strategy under kafka.librdkafka still wins)
+            strategy = assignor if assignor in ("range", "roundrobin",
+                                                "cooperative-sticky") else "range"
             settings["librdkafka"] = {"partition.assignment.strategy": strategy,
                                       **(settings.get("librdkafka") or {})}
         else:
             settings["partition_assignment_strategy"] = [self._assignor(assignor)]
         self._consumer = make_consumer(self.kind, settings,
                                        max_poll_records=self.stage.batch["max_records"])
+        if self.kind == "confluent":
+            self.cooperative = self._consumer.cooperative
         # Larger batches than kafka-python's 16 KiB: fewer batches to build and send, and
         # less contention with the producer's I/O thread (which holds the accumulator's lock
         # while it drains). linger_ms bounds the added latency.

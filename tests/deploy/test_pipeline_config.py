@@ -287,9 +287,20 @@ def test_confluent_errors_are_classified():
     assert is_unreachable(KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN)))
 
 
-def test_the_confluent_client_runs_eager_assignors():
-    # the confluent wrapper assigns whole assignments: cooperative-sticky runs as range
+@pytest.mark.parametrize("assignor, librdkafka, cooperative", [
+    ("cooperative-sticky", {}, True), ("range", {}, False), ("roundrobin", {}, False),
+    ("sticky", {}, False),  # librdkafka has no eager sticky: range
+    ("cooperative-sticky", {"partition.assignment.strategy": "range"}, False)])
+def test_the_confluent_client_runs_librdkafkas_assignors(assignor, librdkafka, cooperative):
     from shiftwatch.deploy.kafka.stage import StageRunner
 
-    cfg = parse_pipeline(_with(kafka={"bootstrap_servers": "k", "client": "confluent"}))
-    assert StageRunner(cfg, cfg.stages[0]).cooperative is False
+    kafka = {"bootstrap_servers": "127.0.0.1:9", "client": "confluent",
+             **({"librdkafka": librdkafka} if librdkafka else {})}
+    cfg = parse_pipeline(_with(kafka=kafka, consumer={"assignor": assignor}))
+    runner = StageRunner(cfg, cfg.stages[0])
+    runner._clients()  # no broker needed: librdkafka connects in the background
+    try:
+        assert runner.cooperative is cooperative
+        assert runner._consumer.cooperative is cooperative
+    finally:
+        runner._drop_clients()

@@ -10,6 +10,7 @@ import threading
 import time
 from itertools import pairwise
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka_helpers import create_topics, group_timing, unique, wait_for
 
@@ -114,6 +115,7 @@ def join_gaps(bootstrap: str, real_kafka: bool, assignor: str | None = None) -> 
             "produced": produced[0]}
 
 
+@pytest.mark.both_clients
 def test_kept_partitions_keep_flowing_while_a_member_joins(kafka_bootstrap, real_kafka):
     r = join_gaps(kafka_bootstrap, real_kafka)
     assert r["kept"] and r["got"], r  # b joined and took some, a kept some
