@@ -52,11 +52,16 @@ def rel(a, b):
     return float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / max(1.0, np.max(np.abs(b))))
 
 
-# Conditioning 1e6 still allows a tight tolerance; above that the reference itself (geomstats,
-# through eigh and expm/logm) loses digits in proportion to the condition number.
+# At conditioning 1e6 both sides lose digits: the whitened matrix A^-1/2 B A^-1/2 has a
+# condition number up to cond(A) cond(B) = 1e12, so the first-order error bound of either
+# is about eps * 1e12 = 2e-4. What each loses depends on the CPU (our kernels use FMA where
+# it exists; OpenBLAS picks kernels per CPU): the affine Log of the first pair was within
+# 1e-7 of geomstats on one machine and 4.1e-7 on another (against a 60-digit mpmath
+# reference: ours 6.0e-7, geomstats 1.9e-7). 1e-5 sits between those and the bound: a
+# wrong formula is off by O(1).
 @pytest.mark.parametrize("metric", ["affine", "log-euclidean", "bures-wasserstein"])
 @pytest.mark.parametrize(("n", "cond", "tol"), [(2, 3.0, 1e-11), (5, 50.0, 1e-11),
-                                                (8, 1e6, 1e-7)])
+                                                (8, 1e6, 1e-5)])
 def test_spd_against_geomstats(metric, n, cond, tol):
     rng = np.random.default_rng(n)
     ours, ref = SPD(n, metric=metric), geomstats_spd(n, metric)
