@@ -19,8 +19,8 @@ runs flips every round), each process in a subprocess of its own:
   for reference.
 * not by default (``--variants``): ``raw-confluent``, the same raw loop on confluent-kafka
   (librdkafka: the ceiling of a stage on that client), and ``adwin-confluent`` /
-  ``cusum-confluent``, the ``river:ADWIN`` / ``cs`` stage with ``kafka: {client: confluent}``,
-  each against its Quix app run next to it.
+  ``adwin-1000-confluent`` / ``cusum-confluent``, the ``river:ADWIN`` / ``cs`` stage with
+  ``kafka: {client: confluent}``, each against its Quix app run next to it.
 
 Measured per run, from what the run wrote (not from the process's own account):
 
@@ -95,6 +95,8 @@ VARIANTS = [
     # not in the default set: the stage on kafka.client: confluent (issue 25)
     ("adwin-confluent", "shiftwatch", "river:ADWIN", None),
     ("adwin-confluent", "quix", "adwin", None),
+    ("adwin-1000-confluent", "shiftwatch", "river:ADWIN", 1000),
+    ("adwin-1000-confluent", "quix", "adwin", 1000),
     ("cusum-confluent", "shiftwatch", "cs", None),
     ("cusum-confluent", "quix", "cusum", None),
     # not in the default set: the stage without its locate window (the same state as the
@@ -105,7 +107,8 @@ VARIANTS = [
 #: Operator parameters of a variant's shiftwatch stage.
 PARAMS = {"adwin-nolocate": {"locate": False}}
 #: The Kafka client of a variant's shiftwatch stage (default kafka-python).
-CLIENT = {"adwin-confluent": "confluent", "cusum-confluent": "confluent"}
+CLIENT = {"adwin-confluent": "confluent", "adwin-1000-confluent": "confluent",
+          "cusum-confluent": "confluent"}
 ROW_NAMES = {
     "adwin": "`river:ADWIN` stage vs Quix ADWIN app (default checkpoints / commits)",
     "adwin-1000": "`river:ADWIN`, checkpoint every 1,000 vs Quix `commit_every=1000`",
@@ -113,6 +116,8 @@ ROW_NAMES = {
     "raw": "raw kafka-python consume -> produce loop vs Quix CUSUM",
     "raw-confluent": "raw confluent-kafka consume -> produce loop vs Quix CUSUM",
     "adwin-confluent": "`river:ADWIN` stage, `kafka.client: confluent` vs Quix ADWIN app",
+    "adwin-1000-confluent": "`river:ADWIN`, `kafka.client: confluent`, checkpoint every "
+                            "1,000 vs Quix `commit_every=1000`",
     "cusum-confluent": "`cs` stage, `kafka.client: confluent` vs Quix plain per-key CUSUM",
     "adwin-nolocate": "`river:ADWIN` with `locate: false` (no location window) vs Quix ADWIN "
                       "app",
@@ -542,7 +547,8 @@ def summarize(runs: list[dict], sizes: list[tuple[int, int]]) -> list[str]:
                   "state sw / Quix | outputs per input sw / Quix | alarms = local River/ref, "
                   "both |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-        for variant in ("adwin", "adwin-confluent", "adwin-1000", "cusum", "cusum-confluent",
+        for variant in ("adwin", "adwin-confluent", "adwin-1000", "adwin-1000-confluent",
+                        "cusum", "cusum-confluent",
                         "raw", "raw-confluent", "adwin-nolocate"):
             sw_sys = variant if variant.startswith("raw") else "shiftwatch"
             qv = "cusum" if variant.startswith("raw") else variant
