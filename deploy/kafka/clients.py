@@ -96,11 +96,12 @@ def rdkafka_conf(settings: dict) -> dict:
     conf.update(settings.get("librdkafka") or {})
     # librdkafka's log through Python logging, under "kafka" (quiet unless --debug, as
     # kafka-python's), not on stderr
-    conf.setdefault("logger", logging.getLogger("kafka.rdkafka"))
+    logger = logging.getLogger("kafka.rdkafka")
+    conf.setdefault("logger", logger)
     if os.environ.get("SHIFTWATCH_RDKAFKA_DEBUG"):
         # librdkafka's debug contexts (e.g. "consumer,fetch,cgrp"), shown even without --debug
         conf["debug"] = os.environ["SHIFTWATCH_RDKAFKA_DEBUG"]
-        logging.getLogger("kafka.rdkafka").setLevel(logging.DEBUG)
+        logger.setLevel(logging.DEBUG)
     return conf
 
 
@@ -268,11 +269,11 @@ class ConfluentConsumer:
                           on_lost=on_lost)
 
     def assign(self, tps):
-        """A manual assignment; it reaches librdkafka at the next :meth:`poll` (or
-        :meth:`pause`), so seeks made before it are part of it: one ``assign`` with the
-        offsets to start at. (Assigning at the stored offset and then again at the
-        beginning races in librdkafka: an outdated reply to the first assignment's offset
-        query can start the partition at its end.)"""
+        """A manual assignment; it (and every later seek of it) reaches librdkafka at the
+        next :meth:`poll` (or :meth:`pause`), so the seeks made in between are part of it:
+        one ``assign`` with the offsets to start at. (Assigning at the stored offset and
+        then again at the beginning races in librdkafka: an outdated reply to the first
+        assignment's offset query can start the partition at its end.)"""
         from confluent_kafka import OFFSET_STORED
 
         self._assigned = {tp: OFFSET_STORED for tp in tps}
@@ -292,8 +293,7 @@ class ConfluentConsumer:
             return
         if tp in self._assigned:
             self._assigned[tp] = offset
-            if not self._pending:
-                self._c.assign([_ctp(t, o) for t, o in self._assigned.items()])
+            self._pending = True  # given to librdkafka by _flush_assign
         else:
             self._c.seek(_ctp(tp, offset))
 
