@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["encode_state", "decode_state", "dumps_state", "loads_state",
-           "register_state_extension", "apply_state_patch", "diff_state"]
+           "register_state_extension", "apply_state_patch", "diff_state", "xorb_data"]
 
 
 _ND = "__ndarray__"
@@ -53,8 +53,8 @@ def encode_state(obj: Any) -> Any:
         return obj
     if t is dict and _RESERVED_KEYS.isdisjoint(obj) and all(type(k) is str for k in obj):
         return {k: encode_state(v) for k, v in obj.items()}
-    if t is list:
-        return [encode_state(v) for v in obj]
+    if t is list:  # strings and ints (a patch's paths) without a call each
+        return [v if type(v) is str or type(v) is int else encode_state(v) for v in obj]
     if t is np.ndarray and obj.ndim and not obj.dtype.hasobject:
         return {_ND: b2a_base64(obj.tobytes(), newline=False).decode("ascii"),
                 "dtype": obj.dtype.str, "shape": list(obj.shape)}
@@ -168,7 +168,14 @@ def apply_state_patch(state: Any, patch: Any) -> Any:
     * ``["xor64", path, data, length]``: the string at ``path`` is base64 bytes (an encoded
       array or blob) of which a few changed: the new bytes are the old ones (cut or padded
       with zeros to ``length``) XOR the zlib-compressed ``data`` (base64), re-encoded (what
-      :func:`diff_state` writes for a long base64 string).
+      :func:`diff_state` wrote for a long base64 string until 2026-12; still read);
+    * ``["xorb", path, data, length]``: the same change written sparsely (what
+      :func:`diff_state` writes now): ``x``, the old bytes (cut or padded with zeros to
+      ``length``) XOR the new ones, taken as 8-byte words (the last one padded with zeros),
+      is written as the words' nonzero bitmap (``numpy.packbits``, most significant bit
+      first), then one nonzero-byte bitmap per nonzero word, then those nonzero bytes, in
+      order; base64. No compressor: a few microseconds for the 760 bytes of an ADWIN
+      helper, against about 25 for zlib, and a tenth smaller on them (:func:`xorb_data`).
 
     Patches travel in the changelog as states do (:func:`encode_state`, arrays as base64
     bytes), so applying one to the state it was computed against gives the operator's
@@ -202,6 +209,8 @@ def apply_state_patch(state: Any, patch: Any) -> Any:
                                                      and 0 <= last < len(parent)):
                     raise IndexError(f"index {last!r} of a list of {len(parent)}")
                 parent[last] = op[2]
+            elif kind == "xorb" and len(op) == 4:
+                parent[last] = _xorb(parent[last], op[2], op[3])
             elif kind == "xor64" and len(op) == 4:
                 parent[last] = _xor64(parent[last], op[2], op[3])
             elif kind == "append" and len(op) == 4:
@@ -247,7 +256,32 @@ def _xor64(old: str, data: str, length: int) -> str:
                       newline=False).decode("ascii")
 
 
-#: Base64 strings at least this long are diffed as bytes (``xor64``) rather than replaced.
+_XORB: tuple | None = None
+
+
+def _kernels() -> tuple:
+    # imported on first use: numba is not loaded for states that never patch bytes
+    global _XORB
+    if _XORB is None:
+        from shiftwatch.operators.xorb_kernels import xorb_decode, xorb_encode
+        _XORB = (xorb_encode, xorb_decode)
+    return _XORB
+
+
+def _xorb(old: str, data: str, length: int) -> str:
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"length must be an integer >= 0, got {length!r}")
+    if not isinstance(data, str):
+        raise TypeError("xorb data is not a string")
+    before = np.frombuffer(base64.b64decode(old, validate=True), dtype=np.uint8)
+    raw = np.frombuffer(base64.b64decode(data, validate=True), dtype=np.uint8)
+    out = _kernels()[1](before, raw, length)
+    if len(out) != length:
+        raise ValueError(f"xorb data of {len(raw)} bytes does not describe {length} bytes")
+    return b2a_base64(out.tobytes(), newline=False).decode("ascii")
+
+
+#: Base64 strings at least this long are diffed as bytes (``xorb``) rather than replaced.
 _XOR_MIN = 96
 
 
@@ -256,13 +290,13 @@ def diff_state(old: Any, new: Any, path: list | None = None) -> list:
     ``new`` (both plain JSON values: what :func:`encode_state` or an operator's encoder
     returns): ``set`` for each part that differs (dicts with the same keys and lists of the
     same length are compared part by part; floats by their bits, so 0.0 and -0.0 differ),
-    ``xor64`` for a long base64 string of which only some bytes changed.
+    ``xorb`` for a long base64 string of which only some bytes changed.
 
     >>> old = {"n": 1, "b": {"!bytes": base64.b64encode(bytes(200)).decode()}}
     >>> new = {"n": 2, "b": {"!bytes": base64.b64encode(bytes(199) + b"x").decode()}}
     >>> ops = diff_state(old, new)
     >>> [op[0] for op in ops], apply_state_patch(old, ops) == new
-    (['set', 'xor64'], True)
+    (['set', 'xorb'], True)
     """
     ops: list = []
     _diff(old, new, [] if path is None else list(path), ops)
@@ -323,9 +357,23 @@ def _xor_op(old: str, new: str, path: list) -> list | None:
     if b2a_base64(b, newline=False).decode("ascii") != new or \
             b2a_base64(a, newline=False).decode("ascii") != old:
         return None  # not canonical base64: the round trip would not give it back
-    n = len(b)
-    x = np.frombuffer(a[:n].ljust(n, b"\0"), dtype=np.uint8) ^ np.frombuffer(b, dtype=np.uint8)
-    data = b2a_base64(zlib.compress(x.tobytes(), 1), newline=False).decode("ascii")
-    if len(data) + 16 >= len(new):
+    data = xorb_data(a, b)
+    return None if data is None else ["xorb", path, data, len(b)]
+
+
+def xorb_data(old: bytes, new: bytes) -> str | None:
+    """The ``data`` of an ``xorb`` operation (:func:`apply_state_patch`) turning the bytes
+    ``old`` into ``new``, or None when that is not at least 16 characters shorter than
+    ``new`` in base64 (write ``new`` whole then).
+
+    >>> old = bytes(range(40))
+    >>> new = old[:8] + bytes([153]) + old[9:] + b"tail"
+    >>> data = xorb_data(old, new)
+    >>> _xorb(base64.b64encode(old).decode(), data, len(new)) == base64.b64encode(new).decode()
+    True
+    """
+    n = len(new)
+    raw = _kernels()[0](np.frombuffer(old, dtype=np.uint8), np.frombuffer(new, dtype=np.uint8))
+    if 4 * ((len(raw) + 2) // 3) + 16 >= 4 * ((n + 2) // 3):
         return None
-    return ["xor64", path, data, n]
+    return b2a_base64(raw, newline=False).decode("ascii")

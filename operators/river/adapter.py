@@ -30,10 +30,30 @@ from shiftwatch.operators.records import (
     numeric_ts,
 )
 from shiftwatch.operators.registry import OperatorInfo, register_prefix
+from shiftwatch.operators.river.adwin_state import (
+    adwin_doc,
+    adwin_parts,
+    adwin_patch,
+    fast_path_ok,
+)
 from shiftwatch.operators.sensitivity import RIVER_SENSITIVITY
 from shiftwatch.operators.state_codec import diff_state
 
 __all__ = ["RiverDetector", "river_detector_names"]
+
+
+def _fast_parts(dets: list) -> list | None:
+    """The fast writer's parts of each detector (River's ADWIN, once its self-check passed),
+    or None: encode them with the generic codec."""
+    if not fast_path_ok():
+        return None
+    parts = []
+    for d in dets:
+        p = adwin_parts(d)
+        if p is None:
+            return None
+        parts.append(p)
+    return parts
 
 
 def _statistic_adwin(det: Any) -> float:
@@ -349,13 +369,7 @@ class RiverDetector(Operator):
 
     def state_dict(self) -> dict:
         """The shape and the full state of every River detector, as plain JSON values."""
-        dets = self._all_detectors()
-        window = self._window
-        return {"operator": self.name,
-                "state": {"shape": None if self._shape is None else list(self._shape),
-                          "detectors": None if dets is None
-                          else [encode_object(d) for d in dets],
-                          "window": None if window is None else window.state_dict()}}
+        return self.state_with_token()[0]
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a state from :meth:`state_dict` (decoding only allowlisted classes)."""
@@ -391,21 +405,28 @@ class RiverDetector(Operator):
     def state_with_token(self) -> tuple[dict, tuple | None]:
         """:meth:`state_dict` and the token a later :meth:`state_patch` of it needs (None
         before the first record), computed together (the detectors are encoded once)."""
-        docs = None if self._shape is None else [encode_object(d)
-                                                 for d in self._all_detectors()]
+        docs = parts = None
+        if self._shape is not None:
+            dets = self._all_detectors()
+            parts = _fast_parts(dets)
+            docs = [encode_object(d) for d in dets] if parts is None else \
+                [adwin_doc(p) for p in parts]
         window = self._window
         state = {"operator": self.name,
                  "state": {"shape": None if self._shape is None else list(self._shape),
                            "detectors": docs,
                            "window": None if window is None else window.state_dict()}}
-        return state, self._token(docs)
+        return state, self._token(docs, parts)
 
-    def _token(self, docs: list | None) -> tuple | None:
-        if docs is None:
+    def _token(self, docs: list | None, parts: list | None) -> tuple | None:
+        if docs is None and parts is None:
             return None
         window = self._window
-        # the window object too: a patch applies only to the same window's later version
-        return (self._shape, window, None if window is None else window.patch_token(), docs)
+        # the window object too: a patch applies only to the same window's later version.
+        # The detectors' versions: their encoded documents (for diff_state), or for River's
+        # ADWIN the parts the fast writer diffs (adwin_state), which hold less.
+        return (self._shape, window, None if window is None else window.patch_token(),
+                None if parts is not None else docs, parts)
 
     def state_patch(self, token: tuple | None) -> tuple[list | None, tuple | None]:
         """Patch operations that turn :meth:`state_dict` as of ``token`` (from
@@ -420,17 +441,30 @@ class RiverDetector(Operator):
         :func:`~shiftwatch.operators.state_codec.apply_state_patch` of the patch on the old
         state_dict (decoded) gives this state_dict exactly; the Kafka changelog uses it to
         write what changed (see :mod:`shiftwatch.deploy.kafka.changelog`). The token holds
-        the encoded detectors (about 1.5 KB for ADWIN) until the next version.
+        the encoded detectors until the next version; for River's ADWIN, its scalars and
+        its helper's bytes (about 800 bytes), read and diffed directly by
+        :mod:`~shiftwatch.operators.river.adwin_state` (the same patch, without the
+        generic graph encode and diff).
         """
         if self._shape is None:
             return None, None
-        docs = [encode_object(d) for d in self._all_detectors()]
-        new_token = self._token(docs)
+        dets = self._all_detectors()
+        parts = _fast_parts(dets)
         window = self._window
-        if token is None or token[0] != self._shape or window is not token[1] or \
-                len(token[3]) != len(docs):
+        docs = None
+        if parts is None or token is None or token[4] is None:
+            docs = [encode_object(d) for d in dets]
+        new_token = self._token(docs, parts)
+        if token is None or token[0] != self._shape or window is not token[1]:
             return None, new_token
-        ops = diff_state(token[3], docs, ["state", "detectors"])
+        if parts is not None and token[4] is not None and len(token[4]) == len(parts):
+            ops = []
+            for j, (a, b) in enumerate(zip(token[4], parts, strict=True)):
+                ops.extend(adwin_patch(a, b, ["state", "detectors", j]))
+        elif docs is not None and token[3] is not None and len(token[3]) == len(docs):
+            ops = diff_state(token[3], docs, ["state", "detectors"])
+        else:
+            return None, new_token
         if window is not None:
             w_ops = window.state_patch(token[2], ["state", "window"])
             if w_ops is None:
