@@ -174,8 +174,8 @@ def apply_state_patch(state: Any, patch: Any) -> Any:
       ``length``) XOR the new ones, taken as 8-byte words (the last one padded with zeros),
       is written as the words' nonzero bitmap (``numpy.packbits``, most significant bit
       first), then one nonzero-byte bitmap per nonzero word, then those nonzero bytes, in
-      order; base64. No compressor: a few microseconds for the 760 bytes of an ADWIN
-      helper, against about 25 for zlib, and a tenth smaller on them (:func:`xorb_data`).
+      order; base64. No compressor: about a third of zlib's time on the 760 bytes of an
+      ADWIN helper, and a tenth smaller on them (:func:`xorb_data`).
 
     Patches travel in the changelog as states do (:func:`encode_state`, arrays as base64
     bytes), so applying one to the state it was computed against gives the operator's
@@ -256,29 +256,40 @@ def _xor64(old: str, data: str, length: int) -> str:
                       newline=False).decode("ascii")
 
 
-_XORB: tuple | None = None
-
-
-def _kernels() -> tuple:
-    # imported on first use: numba is not loaded for states that never patch bytes
-    global _XORB
-    if _XORB is None:
-        from shiftwatch.operators.xorb_kernels import xorb_decode, xorb_encode
-        _XORB = (xorb_encode, xorb_decode)
-    return _XORB
-
-
 def _xorb(old: str, data: str, length: int) -> str:
     if isinstance(length, bool) or not isinstance(length, int) or length < 0:
         raise ValueError(f"length must be an integer >= 0, got {length!r}")
     if not isinstance(data, str):
         raise TypeError("xorb data is not a string")
-    before = np.frombuffer(base64.b64decode(old, validate=True), dtype=np.uint8)
+    before = base64.b64decode(old, validate=True)
     raw = np.frombuffer(base64.b64decode(data, validate=True), dtype=np.uint8)
-    out = _kernels()[1](before, raw, length)
-    if len(out) != length:
-        raise ValueError(f"xorb data of {len(raw)} bytes does not describe {length} bytes")
-    return b2a_base64(out.tobytes(), newline=False).decode("ascii")
+    nw = (length + 7) // 8
+    head = (nw + 7) // 8
+    if len(raw) < head:
+        raise ValueError(f"xorb data of {len(raw)} bytes, too short for {length}")
+    bits = np.unpackbits(raw[:head])
+    if bits[nw:].any():
+        raise ValueError("xorb word bitmap has bits past the last word")
+    words = bits[:nw].astype(bool)
+    k = int(words.sum())
+    if len(raw) < head + k:
+        raise ValueError("xorb data shorter than its word bitmap says")
+    mask = np.unpackbits(raw[head:head + k]).astype(bool)
+    if k and not raw[head:head + k].all():
+        raise ValueError("xorb data marks a word changed with no byte changed")
+    values = raw[head + k:]
+    if int(mask.sum()) != len(values):
+        raise ValueError(f"xorb data holds {len(values)} bytes, its bitmaps say "
+                         f"{int(mask.sum())}")
+    x = np.zeros((nw, 8), dtype=np.uint8)
+    rows = np.zeros((k, 8), dtype=np.uint8)
+    rows.reshape(-1)[mask] = values
+    x[words] = rows
+    if x.reshape(-1)[length:].any():
+        raise ValueError("xorb data changes bytes past the end")
+    a = np.frombuffer(before[:nw * 8].ljust(nw * 8, b"\0"), dtype=np.uint8)
+    return b2a_base64((a ^ x.reshape(-1)).tobytes()[:length],
+                      newline=False).decode("ascii")
 
 
 #: Base64 strings at least this long are diffed as bytes (``xorb``) rather than replaced.
@@ -373,7 +384,18 @@ def xorb_data(old: bytes, new: bytes) -> str | None:
     True
     """
     n = len(new)
-    raw = _kernels()[0](np.frombuffer(old, dtype=np.uint8), np.frombuffer(new, dtype=np.uint8))
+    pad = -n % 8
+    if len(old) != n + pad:
+        old = old[:n + pad].ljust(n + pad, b"\0")
+    # as 8-byte words (native order: only zero or not matters, and the bytes are taken back
+    # in memory order); eight NumPy calls, about 3x faster than zlib on a 760-byte helper
+    w = np.frombuffer(old, dtype=np.uint64) ^ \
+        np.frombuffer(new + bytes(pad) if pad else new, dtype=np.uint64)
+    words = w != 0
+    xb = w[words].view(np.uint8)
+    rows = xb != 0
+    raw = b"".join((np.packbits(words).tobytes(), np.packbits(rows).tobytes(),
+                    xb[rows].tobytes()))
     if 4 * ((len(raw) + 2) // 3) + 16 >= 4 * ((n + 2) // 3):
         return None
     return b2a_base64(raw, newline=False).decode("ascii")
