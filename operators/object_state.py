@@ -308,7 +308,15 @@ class _Decoder:
             setstate = getattr(obj, "__setstate__", None)
             if setstate is not None and getattr(type(obj), "__setstate__", None) is not \
                     getattr(object, "__setstate__", None):
-                setstate(state)
+                try:
+                    setstate(state)
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - a compiled class's own check
+                    # (River's Rust helpers panic on bytes they cannot read: PanicException
+                    # is a BaseException) is a refused state, not the end of the process
+                    raise StateRefused(f"{type(obj).__name__} refused its state: "
+                                       f"{type(exc).__name__}: {str(exc)[:120]}") from None
             else:
                 slots = None
                 if isinstance(state, tuple) and len(state) == 2:

@@ -32,6 +32,7 @@ from shiftwatch.operators.records import (
 from shiftwatch.operators.registry import OperatorInfo, register_prefix
 from shiftwatch.operators.river.adwin_state import (
     adwin_doc,
+    adwin_from_doc,
     adwin_parts,
     adwin_patch,
     fast_path_ok,
@@ -379,7 +380,12 @@ class RiverDetector(Operator):
             self._reset()
             return
         shape = tuple(int(s) for s in shape)
-        detectors = [decode_object(d) for d in docs]
+        if not isinstance(docs, list):
+            raise ValueError("state_dict's detectors are not a list")
+        detectors = []
+        for d in docs:
+            det = adwin_from_doc(d)  # River's ADWIN without the graph walk, else None
+            detectors.append(decode_object(d) if det is None else det)
         n = shape[0] if shape else 1
         if len(shape) > 1 or len(detectors) != n or not all(
                 type(d) is self.river_class for d in detectors):

@@ -28,6 +28,7 @@ True
 
 from __future__ import annotations
 
+import base64
 from binascii import b2a_base64
 from math import isfinite
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 from shiftwatch.operators.object_state import _qualified, encode_object
 from shiftwatch.operators.state_codec import _same, diff_state, xorb_data
 
-__all__ = ["adwin_parts", "adwin_doc", "adwin_patch", "fast_path_ok"]
+__all__ = ["adwin_parts", "adwin_doc", "adwin_patch", "adwin_from_doc", "fast_path_ok"]
 
 _KEYS = ("_drift_detected", "delta", "clock", "max_buckets", "min_window_length",
          "grace_period", "_helper")
@@ -131,6 +132,73 @@ def adwin_patch(old: tuple, new: tuple, path: list) -> list:
     return ops
 
 
+_NEW = {"!global": "copyreg:__newobj__"}
+
+
+def _plain_values(values: list) -> bool:
+    for v in values:
+        t = type(v)
+        if t is float:
+            if not isfinite(v):
+                return False
+        elif t is not int and t is not bool:
+            return False
+    return True
+
+
+def adwin_from_doc(doc: Any) -> Any:
+    """The ADWIN :func:`~shiftwatch.operators.object_state.decode_object` rebuilds from
+    ``doc``, built directly when ``doc`` is exactly what :func:`adwin_doc` writes (the
+    classes, reconstructors and layout checked, only the values free); None for any other
+    document (decode it with the generic, allowlisting decoder then)."""
+    return _from_doc(doc) if fast_path_ok() else None
+
+
+def _from_doc(doc: Any) -> Any:
+    if type(doc) is not dict or len(doc) != 4:
+        return None
+    try:
+        if type(doc["!obj"]) is not int or doc["!obj"] != 0 or doc["new"] != _NEW or \
+                doc["args"] != [{"!global": _NAMES[0]}]:
+            return None
+        state = doc["state"]
+        if type(state) is not dict or len(state) != 1:
+            return None
+        items = state["!dict"]
+        if type(items) is not list or len(items) != len(_KEYS):
+            return None
+        values = []
+        for key, item in zip(_KEYS, items, strict=True):
+            if type(item) is not list or len(item) != 2 or item[0] != key:
+                return None
+            values.append(item[1])
+        helper = values.pop()
+        if not _plain_values(values) or type(helper) is not dict or len(helper) != 4 or \
+                type(helper["!obj"]) is not int or helper["!obj"] != 1 or \
+                helper["new"] != _NEW:
+            return None
+        args = helper["args"]
+        if type(args) is not list or not args or args[0] != {"!global": _NAMES[1]} or \
+                not _plain_values(args[1:]):
+            return None
+        hstate = helper["state"]
+        if type(hstate) is not dict or len(hstate) != 2 or hstate["mutable"] is not False or \
+                type(hstate["!bytes"]) is not str:
+            return None
+        data = base64.b64decode(hstate["!bytes"])
+        h = _HELPER.__new__(_HELPER, *args[1:])
+        h.__setstate__(data)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - also the helper's Rust panic on bad bytes: the
+        return None  # generic decoder says what is wrong
+    det = _ADWIN.__new__(_ADWIN)
+    d = dict(zip(_KEYS, values, strict=False))
+    d["_helper"] = h
+    det.__dict__.update(d)
+    return det
+
+
 def fast_path_ok() -> bool:
     """Whether the fast writer gives exactly the generic codec's documents and patches on
     this River (checked once, on a detector fed a few hundred values with a change)."""
@@ -161,6 +229,9 @@ def _self_check() -> bool:
             return False
         if prev_parts is not None and \
                 adwin_patch(prev_parts, parts, ["d"]) != diff_state(prev_doc, doc, ["d"]):
+            return False
+        twin = _from_doc(doc)
+        if twin is None or encode_object(twin) != doc:
             return False
         prev_parts, prev_doc = parts, doc
     return True

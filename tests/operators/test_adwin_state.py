@@ -17,6 +17,7 @@ from shiftwatch.operators import create
 from shiftwatch.operators.object_state import decode_object, encode_object
 from shiftwatch.operators.river.adwin_state import (
     adwin_doc,
+    adwin_from_doc,
     adwin_parts,
     adwin_patch,
     fast_path_ok,
@@ -142,3 +143,66 @@ def test_changelogs_written_with_xor64_still_apply():
     assert apply_state_patch({"s": _b64(old)}, [op])["s"] == _b64(new)
     with pytest.raises(ValueError):
         apply_state_patch({"s": _b64(old)}, [["xor64", ["s"], _b64(b"junk"), len(new)]])
+
+
+def test_fast_decoder_rebuilds_what_the_generic_one_does():
+    rng = np.random.default_rng(3)
+    det = drift.ADWIN(delta=0.01)
+    for v in np.r_[rng.normal(0, 1, 300), rng.normal(2, 1, 300)]:
+        det.update(float(v))
+    doc = loads_state(dumps_state(encode_object(det)))  # through bytes
+    fast, slow = adwin_from_doc(doc), decode_object(doc)
+    assert type(fast) is drift.ADWIN and encode_object(fast) == encode_object(slow) == doc
+    for v in rng.normal(5, 1, 200):  # both go on alike
+        fast.update(float(v))
+        slow.update(float(v))
+        assert (fast.drift_detected, fast.estimation) == (slow.drift_detected, slow.estimation)
+
+
+def _mutations(doc):
+    import copy
+    out = []
+    for path, value in [((), "x"), (("!obj",), True), (("new", "!global"), "os:system"),
+                        (("args", 0, "!global"), "river.drift.page_hinkley:PageHinkley"),
+                        (("state", "!dict", 0, 0), "_other"), (("state", "!dict", 1, 1), "1"),
+                        (("state", "!dict", 6, 1, "new", "!global"), "builtins:eval"),
+                        (("state", "!dict", 6, 1, "args", 1), {"!float": "nan"}),
+                        (("state", "!dict", 6, 1, "state", "mutable"), 0),
+                        (("state", "!dict", 6, 1, "state", "!bytes"), "AAAA")]:
+        d = copy.deepcopy(doc)
+        if not path:
+            out.append(value)
+            continue
+        parent = d
+        for p in path[:-1]:
+            parent = parent[p]
+        parent[path[-1]] = value
+        out.append(d)
+    return out
+
+
+def test_fast_decoder_takes_only_its_own_layout():
+    det = drift.ADWIN()
+    for v in range(100):
+        det.update(float(v % 7))
+    doc = encode_object(det)
+    for bad in _mutations(doc):
+        # not the layout (or bytes the helper refuses): the generic decoder decides
+        assert adwin_from_doc(bad) is None
+
+
+def test_bytes_the_helper_cannot_read_are_a_refused_state_not_a_panic():
+    from shiftwatch.operators.object_state import StateRefused
+
+    det = drift.ADWIN()
+    det.update(1.0)
+    doc = encode_object(det)
+    doc["state"]["!dict"][6][1]["state"]["!bytes"] = "AAAA"
+    with pytest.raises(StateRefused, match="refused its state"):
+        decode_object(doc)
+    op = create("river:ADWIN", locate=False)
+    op.process({"value": 1.0})
+    state = op.state_dict()
+    state["state"]["detectors"][0]["state"]["!dict"][6][1]["state"]["!bytes"] = "AAAA"
+    with pytest.raises(ValueError):
+        create("river:ADWIN", locate=False).load_state_dict(state)
