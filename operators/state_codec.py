@@ -175,7 +175,10 @@ try:
     from orjson import JSONDecodeError as _OrjsonError
     from orjson import loads as _orjson_loads
 
-    _LONG_DIGITS = re.compile(rb"[0-9]{19}")
+    # every digit -> "1", anything else -> "0": a run of 19 digits is then a substring
+    # (two C passes; several times faster than a regular expression)
+    _DIGITS = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
+    _RUN = b"1" * 19
     _LONG_DIGITS_STR = re.compile(r"[0-9]{19}")
 
     def _loads(data: bytes | str) -> Any:
@@ -183,9 +186,11 @@ try:
         # (orjson reads an integer beyond 64 bits as a float, json exactly; no float the
         # writers write has one); json too for what orjson refuses and json reads (a lone
         # surrogate), so the two read every text alike
-        long = (_LONG_DIGITS if isinstance(data, (bytes, bytearray)) else
-                _LONG_DIGITS_STR).search(data)
-        if long is None:
+        if isinstance(data, (bytes, bytearray)):
+            long = _RUN in data.translate(_DIGITS)
+        else:
+            long = _LONG_DIGITS_STR.search(data) is not None
+        if not long:
             try:
                 return _orjson_loads(data)
             except _OrjsonError:

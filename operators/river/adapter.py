@@ -325,6 +325,20 @@ class RiverDetector(Operator):
             msg = " ".join(str(exc).split())
             raise ValueError(f"{self.name}: {msg}") from None
 
+    def clone(self, **new_params: Any) -> RiverDetector:
+        """A fresh operator with the same parameters (overridden by ``new_params``).
+
+        Without ``new_params`` the parameters, validated when this one was made, are copied
+        rather than checked again (``Keyed`` clones one detector per key: about 50 us a key
+        saved on a restore of 100,000 keys)."""
+        if new_params:
+            return super().clone(**new_params)
+        new = object.__new__(type(self))
+        new.detector, new.field, new.locate = self.detector, self.field, self.locate
+        new.locate_window, new.params = self.locate_window, dict(self.params)
+        new._reset()
+        return new
+
     def _get_params(self) -> dict:
         return {"detector": self.detector, "field": self.field, "locate": self.locate,
                 "locate_window": self.locate_window, **self.params}

@@ -113,3 +113,18 @@ def test_state_bytes_round_trip_is_exact():
              "inf": float("inf"), "t": (1, "\u00e9"), 3: None, "big": 2 ** 70}
     for s in (state, {k: v for k, v in state.items() if k != "big"}):
         assert dumps_state(loads_state(state_bytes(s))) == dumps_state(s)
+
+
+@pytest.mark.parametrize("data", [b'{"big": 123456789012345678901}', b'[-9999999999999999999]',
+                                  b'[18446744073709551616, 1.5]', b'"\\ud800"', b'[1e400]',
+                                  b'{"a": 1, "a": 2}', b'[0.1, -0.0, 9223372036854775807]'])
+def test_loads_state_reads_what_json_reads(data):
+    # orjson reads the states unless json would read them otherwise (integers beyond 64 bits
+    # as floats, lone surrogates, 1e400): the same values and types either way
+    from shiftwatch.operators.state_codec import loads_state
+
+    for text in (data, data.decode()):
+        got, want = loads_state(text), json.loads(data)
+        assert json.dumps(got) == json.dumps(want)
+        assert [type(v) for v in (got if isinstance(got, list) else [got])] == \
+            [type(v) for v in (want if isinstance(want, list) else [want])]
