@@ -79,13 +79,8 @@ def adwin_parts(det: Any) -> tuple | None:
     data = helper.__getstate__()
     if type(data) is not bytes or type(args) is not tuple:
         return None
-    for v in (*scalars, *args):
-        t = type(v)
-        if t is float:
-            if not isfinite(v):
-                return None
-        elif t is not int and t is not bool:
-            return None
+    if not _plain_values(scalars) or not _plain_values(args):
+        return None
     return scalars, args, data
 
 
@@ -135,7 +130,8 @@ def adwin_patch(old: tuple, new: tuple, path: list) -> list:
 _NEW = {"!global": "copyreg:__newobj__"}
 
 
-def _plain_values(values: list) -> bool:
+def _plain_values(values: list | tuple) -> bool:
+    # bools, ints and finite floats: what encode_object writes as themselves
     for v in values:
         t = type(v)
         if t is float:
