@@ -63,10 +63,9 @@ def encode_state(obj: Any) -> Any:
     if t is list:  # strings and ints (a patch's paths) without a call each
         return [v if type(v) is str or type(v) is int else encode_state(v) for v in obj]
     if t is np.ndarray and obj.ndim and not obj.dtype.hasobject:
-        if obj.ndim == 1 and obj.shape[0] >= _RUN_MIN and obj.dtype.str == "<f8":
-            enc = _f8_run(obj)
-            if enc is not None:
-                return enc
+        enc = _f8_run(obj)
+        if enc is not None:
+            return enc
         return {_ND: b2a_base64(obj.tobytes(), newline=False).decode("ascii"),
                 "dtype": obj.dtype.str, "shape": list(obj.shape)}
     if obj is None or isinstance(obj, (bool, str)):
@@ -82,10 +81,9 @@ def encode_state(obj: Any) -> Any:
         return bool(obj)
     if isinstance(obj, np.ndarray):
         arr = np.ascontiguousarray(obj)
-        if arr.ndim == 1 and arr.shape[0] >= _RUN_MIN and arr.dtype.str == "<f8":
-            enc = _f8_run(arr)
-            if enc is not None:
-                return enc
+        enc = _f8_run(arr)
+        if enc is not None:
+            return enc
         if arr.dtype == object:
             return {_ND: None, "items": [encode_state(v) for v in arr.reshape(-1)],
                     "shape": list(arr.shape)}
@@ -197,7 +195,10 @@ def _decimals(x: float) -> int:
 
 
 def _f8_run(arr: np.ndarray) -> dict | None:
-    """The run form of a 1-D float64 array, or None (see above)."""
+    """The run form of an array, or None (not a 1-D ``<f8`` array of ``_RUN_MIN`` or more
+    entries on a run; see above)."""
+    if arr.ndim != 1 or arr.dtype.str != "<f8" or arr.shape[0] < _RUN_MIN:
+        return None
     n = arr.shape[0]
     first, second = float(arr[0]), float(arr[1])
     step = second - first

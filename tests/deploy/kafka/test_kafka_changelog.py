@@ -76,12 +76,11 @@ def _general_encode(obj):
         return bool(obj)
     if isinstance(obj, np.ndarray):
         arr = np.ascontiguousarray(obj)
-        if arr.ndim == 1 and arr.shape[0] >= 4 and arr.dtype.str == "<f8":
-            from shiftwatch.operators.state_codec import _f8_run  # runs: its own tests
+        from shiftwatch.operators.state_codec import _f8_run  # runs: their own tests
 
-            run = _f8_run(arr)
-            if run is not None:
-                return run
+        run = _f8_run(arr)
+        if run is not None:
+            return run
         if arr.dtype == object:
             return {"__ndarray__": None, "items": [_general_encode(v) for v in arr.reshape(-1)],
                     "shape": list(arr.shape)}
