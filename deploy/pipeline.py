@@ -64,6 +64,7 @@ __all__ = [
     "GUARANTEES",
     "EMIT_CHOICES",
     "COMPRESSION_TYPES",
+    "RESTORE_MODES",
     "ASSIGNORS",
 ]
 
@@ -194,11 +195,16 @@ _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "va
 #: What a stage writes to its output topic: every output, or only those with ``alarm: true``
 #: (the dead letters, the checkpoints and the committed offsets are the same either way).
 EMIT_CHOICES = ("all", "alarms")
+#: ``checkpoint.restore``: on assignment, read every key's state and build its operator on
+#: the key's first record (``lazy``), or build every key's operator before the first record
+#: (``eager``: a state that cannot be loaded stops the stage at assignment rather than at its
+#: key's first record).
+RESTORE_MODES = ("lazy", "eager")
 #: What the stage's producer may compress with (kafka-python's codecs; each one's library
 #: is installed with shiftwatch).
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 _SECTION_KEYS = {
-    "checkpoint": ("every_records", "every_seconds", "chunk_bytes", "patches"),
+    "checkpoint": ("every_records", "every_seconds", "chunk_bytes", "patches", "restore"),
     "batch": ("max_records", "timeout_ms"),
     "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
                  "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes",
@@ -210,8 +216,9 @@ _SECTION_KEYS = {
 _DEFAULTS: dict[str, dict[str, Any]] = {
     # patches: keys whose operator offers state_patch (river:*) are written as what changed
     # since their previous version, with a whole state now and then (deploy/kafka/changelog)
+    # restore: lazy builds a restored key's operator on its first record (RESTORE_MODES)
     "checkpoint": {"every_records": 10_000, "every_seconds": 10.0, "chunk_bytes": 512 * 1024,
-                   "patches": True},
+                   "patches": True, "restore": "lazy"},
     "batch": {"max_records": 1000, "timeout_ms": 200},
     "consumer": {"max_poll_interval_ms": 300_000, "session_timeout_ms": 10_000,
                  "heartbeat_interval_ms": 3_000, "auto_offset_reset": "earliest",
@@ -443,6 +450,10 @@ def _section(value: Any, sec: str, where: str, base: dict, err) -> dict:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)
                                   or not 0 <= v <= 65535):
                 raise err(f"{where}: {sec}.{k} must be a TCP port 0-65535, got {v!r}")
+        elif k == "restore":
+            if v not in RESTORE_MODES:
+                raise err(f"{where}: {sec}.{k} must be one of {', '.join(RESTORE_MODES)}, "
+                          f"got {v!r}")
         elif k == "compression_type":
             if v not in COMPRESSION_TYPES:
                 raise err(f"{where}: {sec}.{k} must be one of {', '.join(COMPRESSION_TYPES)}, "

@@ -10,7 +10,7 @@ from typing import Any
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.records import BadInput, DeadLetter
 
-__all__ = ["Keyed"]
+__all__ = ["DeferredStateError", "Keyed"]
 
 log = logging.getLogger("shiftwatch.operators")
 
@@ -50,6 +50,15 @@ class Keyed(Operator):
     input order, :meth:`existing` gives an object with the key's ``state_dict``, and
     :attr:`keys` lists the store's keys (in order of first acceptance within each kind).
 
+    **Deferred states.** :meth:`load_encoded` takes the keys' states as their encoded bytes
+    (:func:`~shiftwatch.operators.state_codec.dumps_state`, what a changelog holds) and
+    builds a key's operator only when the key is first needed: its first record,
+    :meth:`get` or :meth:`existing`, :meth:`state_dict`, :meth:`flush`. A restore of many
+    keys then costs the reading of their bytes, and each key's decoding and loading is paid
+    by its first record (as a RocksDB-backed store reads a key when it is used). A state
+    that cannot be decoded or loaded raises :class:`DeferredStateError` naming the key
+    there, and the key stays deferred; :meth:`load_deferred` builds every key now.
+
     Examples
     --------
     >>> from shiftwatch.operators.contract import Operator
@@ -68,6 +77,16 @@ class Keyed(Operator):
     [1, 2, 1]
     >>> sorted(keyed.state_dict()["keys"])
     ['a', 'b']
+
+    A key restored from its bytes is built on its first record:
+
+    >>> from shiftwatch.operators.state_codec import dumps_state
+    >>> again = Keyed(Count)
+    >>> again.load_encoded({k: dumps_state(s) for k, s in keyed.state_dict()["keys"].items()})
+    >>> len(again), again.deferred_keys
+    (2, 2)
+    >>> [o["n"] for o in again.process_batch([{"key": "a"}])], again.deferred_keys
+    ([3], 1)
     """
 
     name = "keyed"
@@ -82,6 +101,8 @@ class Keyed(Operator):
         # key gets a clone of it.
         store = op._keyed_store() if isinstance(op, Operator) else None
         self._store = store if store is not None else _Clones(self._new)
+        #: keys restored by load_encoded whose operators are not built yet: key -> bytes
+        self._deferred: dict[Any, bytes | str] = {}
 
     def _new(self) -> Operator:
         op = self.operator
@@ -93,20 +114,92 @@ class Keyed(Operator):
         With a keyed store (e.g. ``cs``'s fleet) an existing key's entry is a view whose
         ``state_dict`` reads the store; a new key gets an operator object of its own.
         """
+        if self._deferred and key in self._deferred:
+            self._build(key)
         got = self._store.existing(key)
         return got if got is not None else self._store.object_for(key)
 
     @property
     def keys(self) -> list:
-        """The keys seen so far (with at least one accepted record)."""
-        return self._store.keys
+        """The keys seen so far (with at least one accepted record), restored keys not built
+        yet (:meth:`load_encoded`) last."""
+        keys = self._store.keys
+        return [*keys, *self._deferred] if self._deferred else keys
 
     def existing(self, key: Any) -> Operator | None:
-        """The operator of ``key`` if the key exists, else None (nothing is created).
+        """The operator of ``key`` if the key exists, else None (no key is created; a
+        deferred key's operator is built, see :meth:`load_encoded`).
 
         With a keyed store, an object with the key's ``state_dict``.
         """
+        if self._deferred and key in self._deferred:
+            self._build(key)
         return self._store.existing(key)
+
+    @property
+    def deferred_keys(self) -> int:
+        """How many keys restored by :meth:`load_encoded` are not built yet."""
+        return len(self._deferred)
+
+    def deferred_state(self, key: Any) -> bytes | str | None:
+        """A deferred key's encoded state as given to :meth:`load_encoded` (nothing is
+        built), or None if ``key`` is not deferred."""
+        return self._deferred.get(key) if self._deferred else None
+
+    def load_encoded(self, states: Mapping[str, bytes | str]) -> None:
+        """Replace the state by the keys' encoded states (``{key_name: dumps_state bytes}``,
+        names as in :meth:`state_dict`), building each key's operator only when the key is
+        first needed (see the class notes). Nothing is decoded here; a key name that names
+        no key raises :class:`DeferredStateError`."""
+        self._reset()
+        deferred = self._deferred
+        for name, data in states.items():
+            try:
+                key = _key_unstr(name)
+                deferred[key] = data
+            except Exception as exc:
+                self._deferred = {}
+                raise DeferredStateError(name, f"not a key name ({type(exc).__name__}: "
+                                         f"{_short(exc)})", self) from None
+
+    def load_deferred(self) -> None:
+        """Build every deferred key's operator now (raises :class:`DeferredStateError` on
+        the first state that cannot be loaded)."""
+        for key in list(self._deferred):
+            self._build(key)
+
+    def _build(self, key: Any) -> None:
+        from shiftwatch.operators.state_codec import loads_state
+
+        data = self._deferred.pop(key)
+        try:
+            state = loads_state(data)
+        except Exception as exc:
+            self._deferred[key] = data
+            raise DeferredStateError(_key_str(key), f"not a state ({type(exc).__name__}: "
+                                     f"{_short(exc)})", self) from None
+        try:
+            self._store.load_key(key, state)
+        except Exception as exc:
+            self._deferred[key] = data
+            raise DeferredStateError(_key_str(key), f"{type(exc).__name__}: "
+                                     f"{_short(exc)}", self) from None
+
+    def _build_for(self, records: list) -> None:
+        """Build the deferred keys of ``records``."""
+        deferred = self._deferred
+        for record in records:
+            key = record.get("key") if isinstance(record, Mapping) else None
+            if type(key) is list:
+                key = _key_of(key)
+            try:
+                hit = key in deferred
+            except TypeError:  # unhashable: a dead letter, never a key
+                continue
+            if hit:
+                self._build(key)
+                if not deferred:
+                    return
 
     @staticmethod
     def normalize_key(key: Any) -> Any:
@@ -124,20 +217,29 @@ class Keyed(Operator):
         return _key_unstr(name)
 
     def __len__(self) -> int:
-        return len(self._store)
+        return len(self._store) + len(self._deferred)
 
     def process(self, record: Mapping) -> list[dict]:
+        if self._deferred:
+            self._build_for([record])
         return self._store.process(record, self)
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
+        if self._deferred:
+            records = list(records)
+            self._build_for(records)
         return self._store.process_batch(records, self)
 
     def flush(self) -> list[dict]:
         """Every key's held-back outputs (:meth:`Operator.flush`), keys in order."""
         flush = getattr(self._store, "flush", None)
-        return flush() if flush is not None else []
+        if flush is None:
+            return []
+        self.load_deferred()
+        return flush()
 
     def state_dict(self) -> dict:
+        self.load_deferred()
         store = self._store
         return {"operator": "keyed",
                 "keys": {_key_str(k): store.existing(k).state_dict() for k in store.keys}}
@@ -151,6 +253,16 @@ class Keyed(Operator):
 
     def _get_params(self) -> dict:
         return {"operator": self.operator}
+
+
+class DeferredStateError(ValueError):
+    """A key's state given to :meth:`Keyed.load_encoded` cannot be decoded or loaded (raised
+    when the key is first needed); ``key`` is its name as in ``state_dict``."""
+
+    def __init__(self, key: str, reason: str, keyed: Keyed | None = None):
+        super().__init__(f"key {key!r}: {reason}")
+        self.key, self.reason = key, reason
+        self.keyed = keyed  #: the Keyed whose key it is
 
 
 _BAD_KEY = object()

@@ -29,7 +29,7 @@ from typing import Any
 
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.kafka.changelog import WHOLE, Group, Restored, encode_group, encode_marker
-from shiftwatch.operators.keyed import Keyed
+from shiftwatch.operators.keyed import DeferredStateError, Keyed
 from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
 
 try:
@@ -98,6 +98,7 @@ class PartitionTask:
     executor: StageExecutor
     next_offset: int | None = None       # next input offset the state has not seen
     checkpoint_id: int = 0               # id of the last checkpoint snapshot
+    restored_id: int | None = None       # the checkpoint restored on assignment
     checkpointed_offset: int | None = None
     since_checkpoint: int = 0
     dirty: list[set] = field(default_factory=list)   # per operator: keys changed since
@@ -297,7 +298,16 @@ class Checkpointer:
                 group = task.groups.get(gid)
                 for ref in sorted(group.live) if group is not None else ():
                     if ref not in seen:
-                        kop = ops[ref[0]].existing(Keyed.key_from_name(ref[1]))
+                        key = Keyed.key_from_name(ref[1])
+                        data = ops[ref[0]].deferred_state(key)
+                        if data is not None:  # restored, not built: its bytes as they are
+                            if isinstance(data, str):
+                                data = data.encode()
+                            bases.pop(ref, None)
+                            states.append((*ref, data, WHOLE))
+                            seen.add(ref)
+                            continue
+                        kop = ops[ref[0]].existing(key)
                         if kop is not None:
                             states.append((*ref, *self._key_version(kop, ref, bases, cid,
                                                                     True)))
@@ -535,7 +545,28 @@ class Checkpointer:
             raise ValueError(f"changelog {self.changelog}: checkpoint {cp.id} of partition "
                              f"{task.partition} has {len(cp.states)} operators, the stage "
                              f"{len(ops)}")
+        # the bookkeeping first: a state that cannot be loaded is then found in it
+        task.executor.deduper.load(cp.upstream)
+        task.owners = dict(cp.owners)
+        task.chains = {ref: list(c) for ref, c in cp.chains.items()}
+        task.bases = {}  # each key's next version is whole (its chain is not continued)
+        task.groups = {gid: Group(g.size, set(g.live), list(g.keys))
+                       for gid, g in cp.groups.items()}
+        task.shrunk = {gid for gid, g in task.groups.items()
+                       if g.to_rewrite(gid)}
+        task.junk = list(cp.junk)
+        task.dead = list(cp.dead)
+        task.next_offset = task.checkpointed_offset = cp.offset
+        task.checkpoint_id = cp.next_id - 1
+        task.restored_id = cp.id
+        lazy = self.settings.get("restore", "lazy") == "lazy"
         for i, (op, states) in enumerate(zip(ops, cp.states, strict=True)):
+            if lazy:  # each key's operator is built on its first record (Keyed.load_encoded)
+                try:
+                    op.load_encoded(states)
+                except DeferredStateError as exc:
+                    raise StateLoadError(i, exc.key, exc.reason) from None
+                continue
             decoded = {}
             for k, v in states.items():
                 try:
@@ -553,16 +584,4 @@ class Checkpointer:
                         raise StateLoadError(i, k, f"{type(exc).__name__}: "
                                              f"{str(exc)[:200]}") from None
                 raise
-        task.executor.deduper.load(cp.upstream)
-        task.owners = dict(cp.owners)
-        task.chains = {ref: list(c) for ref, c in cp.chains.items()}
-        task.bases = {}  # each key's next version is whole (its chain is not continued)
-        task.groups = {gid: Group(g.size, set(g.live), list(g.keys))
-                       for gid, g in cp.groups.items()}
-        task.shrunk = {gid for gid, g in task.groups.items()
-                       if g.to_rewrite(gid)}
-        task.junk = list(cp.junk)
-        task.dead = list(cp.dead)
-        task.next_offset = task.checkpointed_offset = cp.offset
-        task.checkpoint_id = cp.next_id - 1
 

@@ -61,6 +61,7 @@ from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.kafka.changelog import ChangelogError, ChangelogReader
 from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, StateLoadError
+from shiftwatch.operators.keyed import DeferredStateError
 from shiftwatch.deploy.kafka.clients import check_client, client_kind, make_consumer, make_producer
 from shiftwatch.deploy.kafka.connect import Outage, SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.dedupe import Deduper, end_slack
@@ -446,14 +447,21 @@ class StageRunner:
         try:
             self.checkpointer.load(task, cp)
         except StateLoadError as exc:
-            group = cp.owners.get((exc.operator, exc.key))
-            keys = cp.groups[group].keys if group in cp.groups else []
-            where = keys[0] if keys else None
-            raise ChangelogError(
-                self.changelog, task.partition,
-                f"the state of key {exc.key!r} (operator {exc.operator}) in checkpoint "
-                f"{cp.id} cannot be loaded: {exc.reason}",
-                offset=self._reader.offsets.get((task.partition, where)), key=where) from None
+            raise self._unloadable(task, exc.operator, exc.key, exc.reason, cp.id) from None
+
+    def _unloadable(self, task: PartitionTask, operator: int, key: str, reason: str,
+                    checkpoint: int) -> ChangelogError:
+        """The error of a restored key state that cannot be loaded (on assignment, or on the
+        key's first record under ``checkpoint.restore: lazy``), naming the key and where its
+        entry is in the changelog."""
+        group = task.owners.get((operator, key))
+        keys = task.groups[group].keys if group in task.groups else []
+        where = keys[0] if keys else None
+        return ChangelogError(
+            self.changelog, task.partition,
+            f"the state of key {key!r} (operator {operator}) in checkpoint {checkpoint} "
+            f"cannot be loaded: {reason}",
+            offset=self._reader.offsets.get((task.partition, where)), key=where)
 
     def _reset_partition(self, task: PartitionTask) -> None:
         """--reset-state: delete the partition's changelog entries (tombstones), number the
@@ -782,7 +790,12 @@ class StageRunner:
         if not records:
             return
         raws = {o: m.value for o, m in by_offset.items()}
-        result = ex.process(records, origins=origins, raws=raws, dirty=task.dirty)
+        try:
+            result = ex.process(records, origins=origins, raws=raws, dirty=task.dirty)
+        except DeferredStateError as exc:  # a restored key's state, built on its first record
+            raise self._unloadable(task, next((i for i, op in enumerate(ex.operators)
+                                               if op is exc.keyed), -1),
+                                   exc.key, exc.reason, task.restored_id) from None
         counts: dict[int, int] = {}
         for o in result.outputs:
             off = o.get("offset")

@@ -247,6 +247,32 @@ def test_a_changelog_that_cannot_be_restored_is_one_line_and_reset_state_recover
     assert _run(path) == 0
 
 
+@pytest.mark.parametrize("restore", ["lazy", "eager"])
+def test_a_state_that_cannot_be_loaded_names_its_key_lazy_or_eager(
+        kafka_bootstrap, real_kafka, tmp_path, capsys, restore):
+    """checkpoint.restore: lazy finds a damaged key state on the key's first record, eager
+    on assignment; both stop the stage with the same one line (key, checkpoint, changelog
+    offset, --reset-state) and commit nothing past the restored checkpoint."""
+    name = unique()
+    create_topics(kafka_bootstrap, 1, f"{name}.in")
+    path = _pipeline(tmp_path, name, kafka_bootstrap, real_kafka, top={
+        "topics": {"create": True}, "checkpoint": {"restore": restore}})
+    msgs = _messages(_normal(HOSTILE_AT, np.random.default_rng(2)))
+    _send(kafka_bootstrap, f"{name}.in", msgs[:60])
+    assert _run(path) == 0
+    _changelog_damage(kafka_bootstrap, name, "bad_river_state")
+    _send(kafka_bootstrap, f"{name}.in", msgs[60:])
+    capsys.readouterr()
+    assert _run(path) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    line = [x for x in err if x.startswith("shiftwatch: error:")][-1]
+    assert "the state of key 's1' (operator 0) in checkpoint 98 cannot be loaded" in line, line
+    assert "partition 0 at offset" in line and "--reset-state 0" in line, line
+    assert "Traceback" not in "\n".join(err)
+    assert _run(path, "--reset-state", "0") == 0
+    _accounting(kafka_bootstrap, name, N)  # every input once: nothing was lost or doubled
+
+
 def test_changed_parameters_are_refused_with_the_parameter_named(kafka_bootstrap, real_kafka,
                                                                    tmp_path, capsys):
     name = unique()
