@@ -539,7 +539,15 @@ class Checkpointer:
             self.in_txn = False
 
     def load(self, task: PartitionTask, cp: Restored) -> None:
-        """Put a restored checkpoint into a fresh task (raises ``ValueError`` on bad state)."""
+        """Put a restored checkpoint into a fresh task.
+
+        With ``checkpoint.restore: lazy`` (the default) each key's bytes are handed to its
+        operator unread (:meth:`Keyed.load_encoded`): a key is decoded and built on its first
+        record, and a state that cannot be loaded is found there (the stage stops naming it,
+        see ``StageRunner._unloadable``). With ``eager`` every key is built here. Raises
+        :class:`StateLoadError` (a ``ValueError``) naming the operator and key of a state that
+        cannot be loaded, ``ValueError`` if the checkpoint's operators are not the stage's.
+        """
         ops = task.executor.operators
         if len(cp.states) != len(ops):
             raise ValueError(f"changelog {self.changelog}: checkpoint {cp.id} of partition "

@@ -48,6 +48,8 @@ def test_examples_exist():
     (_with({"output": "in"}), "input and output are the same topic"),
     (_with({"guarantee": "at-most-once"}), "guarantee must be one of"),
     (_with({"checkpoint": {"every_records": 0}}), "checkpoint.every_records must be"),
+    (_with({"checkpoint": {"restore": "later"}}),
+     "stages[0] (s): checkpoint.restore must be one of lazy, eager, got 'later'"),
     (_with({"batch": {"size": 3}}), "batch: unknown key 'size'"),
     (_with({"consumer": {"assignor": "cooperative"}}),
      "stages[0] (s): consumer.assignor must be one of cooperative-sticky, range, roundrobin, "

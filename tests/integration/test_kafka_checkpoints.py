@@ -493,3 +493,42 @@ def test_a_patch_without_its_base_is_refused():
     log = [(k, v) for k, v in runner._producer.log if not k.startswith(b"in/0/g/1/")]
     with pytest.raises(ValueError, match="patch of key 'a'.*checkpoint 1"):
         restore(log, "in", 0)
+
+
+@pytest.mark.parametrize("restore_mode", ["lazy", "eager"])
+def test_a_shrunk_group_of_keys_never_built_is_rewritten_from_their_bytes(restore_mode):
+    keys = list("abcdefghij")
+    runner = _runner()
+    task = runner._new_task(0)
+    runner._tasks[0] = task
+    off = _feed(runner, task, _recs(keys, 100), 0)
+    runner.checkpointer.checkpoint([0])
+    other = _runner()
+    other.checkpointer.settings["restore"] = restore_mode
+    t2 = other._new_task(0)
+    other._tasks[0] = t2
+    other.checkpointer.load(t2, restore(runner._producer.log, "in", 0))
+    lazy = restore_mode == "lazy"
+    assert [op.deferred_keys for op in t2.executor.operators] == [10 * lazy] * 2
+    # six keys move to the next group: fewer than half of group 1's states are live, so at
+    # the checkpoint after, its four others are written again (from their restored bytes,
+    # never built) and it is deleted
+    more = _recs(keys[:6], 30, seed=1)
+    _feed(runner, task, more, off)
+    off = _feed(other, t2, more, off)
+    other.checkpointer.checkpoint([0])
+    assert 1 in t2.shrunk
+    more = _recs(["a"], 5, seed=2)
+    _feed(runner, task, more, off)
+    off = _feed(other, t2, more, off)
+    mark = len(other._producer.log)
+    other.checkpointer.checkpoint([0])
+    assert [op.deferred_keys for op in t2.executor.operators] == [4 * lazy] * 2
+    assert _key_entries(other._producer.log, mark) == {(i, k) for i in (0, 1) for k in "aghij"}
+    r = restore(other._producer.log, "in", 0)
+    assert r.offset == off and 1 not in r.groups
+    assert r.states == _states(task)
+    third = _runner()
+    t3 = third._new_task(0)
+    third.checkpointer.load(t3, r)
+    assert _states(t3) == _states(task)
