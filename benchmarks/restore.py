@@ -16,8 +16,15 @@
    changelog messages and bytes read, seconds reading, seconds decoding, seconds loading
    the states into the operators; ``deploy/kafka/stage.py``). Nothing else is timed: the
    group join before it and the idle wait after it are left out;
+   Each round runs once per ``--restore`` mode, alternating: ``lazy`` (the default of
+   ``checkpoint.restore``: each key's bytes are kept and its operator built on its first
+   record) and ``eager`` (every key built on assignment);
 3. reads the same changelog topic with a plain kafka-python consumer (partitions assigned,
-   values discarded), the floor any restore that reads the changelog has on this machine.
+   values discarded), the floor any restore that reads the changelog has on this machine;
+4. in process (no broker), what a lazy restore defers: the same number of keys' states
+   (``--per-key`` records each, encoded as the changelog holds them) restored eagerly or
+   lazily into ``Keyed``, then one more record per key in batches of 1,000 (the stage's
+   batch): the restore's seconds, the first records' seconds and both together.
 
 Target (set from the profile, not from a score): restoring takes at most **2x** the plain
 read of the same changelog, i.e. decoding and loading the states costs no more than reading
@@ -56,7 +63,7 @@ LINE = re.compile(
 
 
 def pipeline(bootstrap: str, topic: str, name: str, operator: str, work: Path,
-             fill: str = "final") -> Path:
+             fill: str = "final", restore: str | None = None) -> Path:
     doc = {"pipeline": name, "kafka": {"bootstrap_servers": bootstrap},
            "topics": {"create": True, "partitions": 4},
            "guarantee": "at-least-once",
@@ -70,7 +77,9 @@ def pipeline(bootstrap: str, topic: str, name: str, operator: str, work: Path,
         # writing every key's state at once takes longer than 5 s: a member that does not
         # poll for max_poll_interval_ms leaves its group, and the checkpoint's commit fails
         doc["consumer"]["max_poll_interval_ms"] = 120_000
-    path = work / f"{name}.yaml"
+    if restore is not None:
+        doc.setdefault("checkpoint", {})["restore"] = restore
+    path = work / f"{name}{'-' + restore if restore else ''}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -93,6 +102,36 @@ def restores(text: str) -> list[dict]:
                     "read_decode_s": float(m.group(6)), "load_s": float(m.group(7)),
                     "total_s": float(m.group(8))})
     return out
+
+
+def first_records(operator: str, keys: int, per_key: int, mode: str) -> dict:
+    """In process: ``keys`` keys' states restored (``mode``), then one record per key."""
+    import orjson
+
+    from shiftwatch.operators.keyed import Keyed
+    from shiftwatch.operators.registry import create
+    from shiftwatch.operators.state_codec import dumps_state, loads_state
+
+    recs = [orjson.loads(v) for _, v in make_records(keys * (per_key + 1), keys)]
+    first = Keyed(create(operator))
+    for i in range(0, keys * per_key, 1000):
+        first.process_batch(recs[i:i + 1000])
+    encoded = {k: dumps_state(st) for k, st in first.state_dict()["keys"].items()}
+    del first
+    keyed = Keyed(create(operator))
+    t0 = time.perf_counter()
+    if mode == "lazy":
+        keyed.load_encoded(encoded)
+    else:
+        keyed.load_state_dict({"operator": "keyed",
+                               "keys": {k: loads_state(b) for k, b in encoded.items()}})
+    t1 = time.perf_counter()
+    rest = recs[keys * per_key:]
+    for i in range(0, len(rest), 1000):
+        keyed.process_batch(rest[i:i + 1000])
+    t2 = time.perf_counter()
+    assert keyed.deferred_keys == 0 and len(keyed) == keys
+    return {"mode": mode, "restore_s": t1 - t0, "first_s": t2 - t1, "total_s": t2 - t0}
 
 
 def plain_read(bootstrap: str, topic: str) -> dict:
@@ -137,10 +176,13 @@ def main() -> None:
     ap.add_argument("--fill", choices=("final", "default"), default="final",
                     help="checkpoints while filling: only the final one (as compacted), or "
                     "the stage's default ones (every one stays in tansu's log)")
+    ap.add_argument("--restore", default="lazy,eager",
+                    help="checkpoint.restore modes, each restored --rounds times, alternating")
     ap.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "restore.md"))
     args = ap.parse_args()
     from shiftwatch.deploy.kafka.broker import start_broker, stop_broker
 
+    modes = [m.strip() for m in args.restore.split(",") if m.strip()]
     t_start = time.time()
     proc, bootstrap = (None, args.bootstrap) if args.bootstrap else start_broker()
     work = Path(tempfile.mkdtemp(prefix="restore-"))
@@ -155,22 +197,30 @@ def main() -> None:
             path = pipeline(bootstrap, topic, name, op, work, args.fill)
             wall, _ = run_stage(path, 8.0, work / f"{name}-fill.log")
             print(f"{op}: filled in {wall:.0f} s", flush=True)
-            rounds = []
+            rounds: dict[str, list] = {m: [] for m in modes}
             for r in range(args.rounds):
-                wall, text = run_stage(path, 3.0, work / f"{name}-restore{r}.log")
-                got = restores(text)
-                if not got:
-                    raise SystemExit(f"{op}: no restore line in {work}/{name}-restore{r}.log")
-                agg = {k: sum(g[k] for g in got) for k in
-                       ("states", "messages", "mb", "read_s", "read_decode_s", "load_s",
-                        "total_s")}
-                agg["assignments"] = len(got)
-                agg["wall_s"] = wall
-                rounds.append(agg)
-                print(f"{op} round {r}: {agg}", flush=True)
+                for mode in modes if r % 2 == 0 else modes[::-1]:
+                    path = pipeline(bootstrap, topic, name, op, work, args.fill, mode)
+                    log_path = work / f"{name}-restore{r}-{mode}.log"
+                    wall, text = run_stage(path, 3.0, log_path)
+                    got = restores(text)
+                    if not got:
+                        raise SystemExit(f"{op}: no restore line in {log_path}")
+                    agg = {k: sum(g[k] for g in got) for k in
+                           ("states", "messages", "mb", "read_s", "read_decode_s", "load_s",
+                            "total_s")}
+                    agg["assignments"] = len(got)
+                    agg["wall_s"] = wall
+                    rounds[mode].append(agg)
+                    print(f"{op} round {r} ({mode}): {agg}", flush=True)
             plain = [plain_read(bootstrap, f"{name}.detect.changelog")
                      for _ in range(args.rounds)]
-            results.append({"operator": op, "rounds": rounds, "plain_read": plain})
+            firsts = [first_records(op, args.keys, args.per_key, mode)
+                      for _ in range(2) for mode in modes]
+            for f in firsts:
+                print(f"{op} in process: {f}", flush=True)
+            results.append({"operator": op, "rounds": rounds, "plain_read": plain,
+                            "first_records": firsts})
     finally:
         if proc is not None:
             stop_broker(proc)
@@ -183,28 +233,43 @@ def main() -> None:
              "docstring.", "",
              f"## {datetime.now():%Y-%m-%d %H:%M}", "",
              f"Command: `python benchmarks/restore.py --keys {args.keys} --per-key "
-             f"{args.per_key} --rounds {args.rounds} --fill {args.fill}` "
+             f"{args.per_key} --rounds {args.rounds} --fill {args.fill} --restore "
+             f"{args.restore}` "
              f"({(time.time() - t_start) / 60:.0f} min). "
              f"Machine: {platform.machine()}, Python {platform.python_version()}, 2 cores "
              "shared by the broker (tansu, in memory), the stage and other work. Medians of "
              f"{args.rounds} restores; every number in `restore.json`.", "",
-             "| operator | key states | changelog messages | changelog MB | read s | "
+             "| operator | restore | key states | changelog messages | changelog MB | read s | "
              "decode s | load s | **restore s** | key states/s | messages/s | plain read s "
              "(same topic) | **restore / plain read** (target <= 2) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: |"]
     for res in results:
-        rs = res["rounds"]
-        tot = med([r["total_s"] for r in rs])
-        read = med([r["read_s"] for r in rs])
-        dec = med([r["read_decode_s"] - r["read_s"] for r in rs])
-        load = med([r["load_s"] for r in rs])
         plain = med([p["seconds"] for p in res["plain_read"]])
-        states = rs[0]["states"]
-        msgs = rs[0]["messages"]
-        lines.append(f"| `{res['operator']}` | {states:,} | {msgs:,} | {rs[0]['mb']:.1f} | "
-                     f"{read:.2f} | {dec:.2f} | {load:.2f} | **{tot:.2f}** | "
-                     f"{states / tot:,.0f} | {msgs / tot:,.0f} | {plain:.2f} | "
-                     f"**{tot / plain:.2f}x** |")
+        for mode, rs in res["rounds"].items():
+            tot = med([r["total_s"] for r in rs])
+            read = med([r["read_s"] for r in rs])
+            dec = med([r["read_decode_s"] - r["read_s"] for r in rs])
+            load = med([r["load_s"] for r in rs])
+            states = rs[0]["states"]
+            msgs = rs[0]["messages"]
+            lines.append(f"| `{res['operator']}` | {mode} | {states:,} | {msgs:,} | "
+                         f"{rs[0]['mb']:.1f} | {read:.2f} | {dec:.2f} | {load:.2f} | "
+                         f"**{tot:.2f}** | {states / tot:,.0f} | {msgs / tot:,.0f} | "
+                         f"{plain:.2f} | **{tot / plain:.2f}x** |")
+    lines += ["", f"What a lazy restore defers, in process (no broker): {args.keys:,} keys' "
+              f"states of {args.per_key} records each restored into `Keyed`, then one "
+              "record per key in batches of 1,000; median of 2 alternations.", "",
+              "| operator | restore | restore s | first record of every key s | both s | "
+              "us per key (both) |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for res in results:
+        for mode in modes:
+            fs = [f for f in res["first_records"] if f["mode"] == mode]
+            r_s = med([f["restore_s"] for f in fs])
+            f_s = med([f["first_s"] for f in fs])
+            t_s = med([f["total_s"] for f in fs])
+            lines.append(f"| `{res['operator']}` | {mode} | {r_s:.2f} | {f_s:.2f} | "
+                         f"{t_s:.2f} | {t_s / args.keys * 1e6:.0f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output != "-":

@@ -376,9 +376,12 @@ class StageRunner:
             states = sum(len(c.owners) for c in restored.values() if c is not None)
             log.info("stage %s: restore of partitions %s: %d key states from %d changelog "
                      "messages (%.1f MB) read in %.2f s (%.0f messages/s; %.2f s with "
-                     "decoding), loaded in %.2f s; %.2f s in all", self.stage.name, keep,
-                     states, r.last_messages, r.last_bytes / 1e6, r.last_read_s, rate,
-                     t_read - t0, t_end - t_read, t_end - t0)
+                     "decoding), loaded in %.2f s; %.2f s in all (%s)", self.stage.name,
+                     keep, states, r.last_messages, r.last_bytes / 1e6, r.last_read_s, rate,
+                     t_read - t0, t_end - t_read, t_end - t0,
+                     "restore: lazy, each key built on its first record"
+                     if self.checkpointer.settings.get("restore", "lazy") == "lazy"
+                     else "restore: eager, every key built")
         self.stats.partitions = sorted(self._tasks)
         if self.metrics is not None:
             self.metrics.set_ready(True)
