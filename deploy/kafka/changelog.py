@@ -67,6 +67,7 @@ import json
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from shiftwatch.deploy.errors import UserError
 
@@ -179,23 +180,38 @@ def decode_group(payload: bytes) -> list[tuple[int, str, bytes]]:
 def decode_group_entries(payload: bytes) -> list[tuple[int, str, bytes, int]]:
     """Inverse of the payload :func:`encode_group` writes: (operator, key, bytes, base), base
     -1 (:data:`WHOLE`) for a whole state (raises ``ValueError`` if bad)."""
-    index, sep, body = payload.partition(b"\n")
-    head = json.loads(index)
-    if not sep or not isinstance(head, dict) or head.get("v") not in (2, 3):
+    cut = payload.find(b"\n")
+    head = json.loads(payload[:cut]) if cut >= 0 else None
+    if not isinstance(head, dict) or head.get("v") not in (2, 3):
         raise ValueError("not a version 2 or 3 group entry")
-    out = []
-    pos = 0
-    v3 = head["v"] == 3
-    for entry in head["keys"]:
-        if v3:
-            op, key, length, base = entry
-        else:
-            (op, key, length), base = entry, WHOLE
-        out.append((int(op), str(key), body[pos:pos + int(length)], int(base)))
-        pos += int(length)
-    if pos != len(body):
-        raise ValueError(f"group entry index covers {pos} bytes, the body has {len(body)}")
-    return out
+    entries = head["keys"]
+    width = 4 if head["v"] == 3 else 3
+    if not isinstance(entries, list) or not all(
+            type(e) is list and len(e) == width for e in entries):
+        raise ValueError(f"group entry index entries are not lists of {width}")
+    if not entries:
+        ops = names = lengths = bases = ()
+    elif width == 4:
+        ops, names, lengths, bases = zip(*entries, strict=True)
+    else:
+        ops, names, lengths = zip(*entries, strict=True)
+        bases = (WHOLE,) * len(entries)
+    for what, values, kind in (("an operator", ops, int), ("a key", names, str),
+                               ("a length", lengths, int), ("a base", bases, int)):
+        if not all(type(v) is kind for v in values):
+            bad = next(v for v in values if type(v) is not kind)
+            raise ValueError(f"group entry index has {what} {bad!r}")
+    if lengths and min(lengths) < 0:
+        raise ValueError("group entry index has a negative length")
+    if ops and min(ops) < 0:
+        raise ValueError("group entry index has a negative operator")
+    # the states are sliced from the payload itself (no copy of the body first)
+    ends = list(accumulate(lengths, initial=cut + 1))
+    if ends[-1] != len(payload):
+        raise ValueError(f"group entry index covers {ends[-1] - cut - 1} bytes, the body has "
+                         f"{len(payload) - cut - 1}")
+    states = [payload[a:b] for a, b in zip(ends, ends[1:], strict=False)]
+    return list(zip(ops, names, states, bases, strict=True))
 
 
 def encode_marker(topic: str, partition: int, checkpoint_id: int, offset: int,
@@ -212,6 +228,15 @@ def encode_marker(topic: str, partition: int, checkpoint_id: int, offset: int,
 def decode_message(value: bytes) -> tuple[dict, bytes]:
     head, _, body = value.partition(b"\n")
     return json.loads(head), body
+
+
+def _split_message(value: bytes) -> tuple[dict, memoryview]:
+    """:func:`decode_message` with the body as a view (a restore joins the chunks' bodies:
+    one copy instead of two)."""
+    cut = value.find(b"\n")
+    if cut < 0:
+        raise ValueError("no header line")
+    return json.loads(value[:cut]), memoryview(value)[cut + 1:]
 
 
 @dataclass
@@ -375,7 +400,7 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
         if not is_group and not k.startswith(kprefix):
             continue
         try:
-            head, body = decode_message(v)
+            head, body = _split_message(v)
             vid = int(head["id"])
             int(head["chunks"]), int(head["bytes"])
             if is_group:
@@ -413,7 +438,9 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
             break
     groups: dict[int, Group] = {}
     dead: list[bytes] = []
-    # (op, key) -> group id -> (base, bytes)
+    # (op, key) -> (group id, base, bytes) of its first group entry seen; a key in several
+    # (a newer version, or a chain of patches) also in ``in_groups``: group id -> (base, bytes)
+    only: dict[tuple[int, str], tuple[int, int, bytes]] = {}
     in_groups: dict[tuple[int, str], dict[int, tuple[int, bytes]]] = {}
     for gid, chunks in grouped.items():
         keys = [c[2] for c in chunks.values()]
@@ -428,9 +455,24 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
                              f"({type(exc).__name__}: {exc})") from None
         groups[gid] = Group(size=len(items), keys=keys)
         for op, key, state, base in items:
-            in_groups.setdefault((op, key), {})[gid] = (base, state)
+            ref = (op, key)
+            seen = only.get(ref)
+            if seen is None:
+                only[ref] = (gid, base, state)
+                continue
+            by_gid = in_groups.get(ref)
+            if by_gid is None:
+                by_gid = in_groups[ref] = {seen[0]: (seen[1], seen[2])}
+            by_gid[gid] = (base, state)
     chains: dict[tuple[int, str], list[int]] = {}
-    for ref, by_gid in in_groups.items():
+    for ref, (gid, base, state) in only.items():  # in order of first appearance
+        by_gid = in_groups.get(ref)
+        if by_gid is None:
+            if base == WHOLE:  # the common case: one whole version
+                if not best or ref not in best or best[ref][0] < gid:
+                    best[ref] = (gid, -1, gid, state)
+                continue
+            by_gid = {gid: (base, state)}
         gid = max(by_gid)
         if ref in best and best[ref][0] >= gid:  # a format-1 entry as new or newer
             continue
@@ -459,16 +501,23 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
     states: list[dict[str, bytes]] = [{} for _ in counts]
     slots: dict[tuple[int, str], int] = {}
     owners: dict[tuple[int, str], int] = {}
-    for (op, key), (_vid, slot, gid, state) in best.items():
-        if op < len(states):
-            states[op][key] = state
-            owners[(op, key)] = gid
-            for g in chains.get((op, key), (gid,)):
-                groups[g].live.add((op, key))
+    nops = len(states)
+    live = {g: group.live for g, group in groups.items()}
+    for ref, (_vid, slot, gid, state) in best.items():
+        op = ref[0]
+        if op < nops:
+            states[op][ref[1]] = state
+            owners[ref] = gid
+            chain = chains.get(ref) if chains else None
+            if chain is None:
+                live[gid].add(ref)
+            else:
+                for g in chain:
+                    live[g].add(ref)
             if gid == LEGACY:
-                slots[(op, key)] = slot
+                slots[ref] = slot
         else:
-            chains.pop((op, key), None)
+            chains.pop(ref, None)
     got = [len(s) for s in states]
     if got != counts:
         raise ValueError(f"changelog {topic}/{partition}: checkpoint {cid} covers {counts} "

@@ -137,3 +137,43 @@ def test_checkpoint_state_encoding_equals_the_codec():
         fast, ref = encode_state(s), _general_encode(s)
         assert json.dumps(fast) == json.dumps(ref)
         assert dumps_state(loads_state(state_bytes(s))) == dumps_state(s)
+
+
+@pytest.mark.parametrize("index, body, words", [
+    (b'{"v":2,"keys":[[0,"a",3]]}', b"abcd", "covers 3 bytes, the body has 4"),
+    (b'{"v":2,"keys":[[0,"a",5]]}', b"abcd", "covers 5 bytes"),
+    (b'{"v":2,"keys":[[0,"a",-1],[0,"b",5]]}', b"abcd", "negative length"),
+    (b'{"v":2,"keys":[[0,"a","4"]]}', b"abcd", "a length '4'"),
+    (b'{"v":2,"keys":[[true,"a",4]]}', b"abcd", "an operator True"),
+    (b'{"v":2,"keys":[[-1,"a",4]]}', b"abcd", "negative operator"),
+    (b'{"v":2,"keys":[[0,7,4]]}', b"abcd", "a key 7"),
+    (b'{"v":3,"keys":[[0,"a",4]]}', b"abcd", "not lists of 4"),
+    (b'{"v":3,"keys":[[0,"a",4,1.5]]}', b"abcd", "a base 1.5"),
+    (b'{"v":2,"keys":{"a":1}}', b"", "not lists of 3"),
+    (b'{"v":4,"keys":[]}', b"", "not a version 2 or 3"),
+])
+def test_a_group_index_that_does_not_describe_its_body_is_refused(index, body, words):
+    from shiftwatch.deploy.kafka.changelog import decode_group_entries
+
+    with pytest.raises(ValueError, match=words):
+        decode_group_entries(index + b"\n" + body)
+    head = b'{"id":1,"chunk":0,"chunks":1,"bytes":%d}\n' % (len(index) + 1 + len(body))
+    msgs = [(b"in/3/g/1/0", head + index + b"\n" + body),
+            encode_marker("in", 3, 1, 40, [1], [])]
+    with pytest.raises(ValueError, match="group entry 1 cannot be read") as info:
+        restore(msgs, "in", 3)
+    assert info.value.key == b"in/3/g/1/0"
+
+
+def test_group_entries_slice_every_state_from_the_payload():
+    from shiftwatch.deploy.kafka.changelog import decode_group_entries
+
+    states = [(0, "a", b'"a"'), (1, "a", b""), (0, "\x00json:[1]", b"[1,2]"), (2, "b", b"{}")]
+    got = decode_group_entries(encode_group("in", 0, 1, states, 10**6)[0][1].partition(
+        b"\n")[2])
+    assert got == [(*s, -1) for s in states]
+    assert all(type(s) is bytes for _, _, s, _ in got)
+    patched = [(0, "a", b"xy", 3), (0, "b", b"z", -1)]
+    got = decode_group_entries(encode_group("in", 0, 4, patched, 10**6)[0][1].partition(
+        b"\n")[2])
+    assert got == patched
