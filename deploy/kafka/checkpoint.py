@@ -99,6 +99,8 @@ class PartitionTask:
     next_offset: int | None = None       # next input offset the state has not seen
     checkpoint_id: int = 0               # id of the last checkpoint snapshot
     restored_id: int | None = None       # the checkpoint restored on assignment
+    #: (partition, changelog message key) -> offset, of the changelog read that restored it
+    changelog_offsets: dict = field(default_factory=dict)
     checkpointed_offset: int | None = None
     since_checkpoint: int = 0
     dirty: list[set] = field(default_factory=list)   # per operator: keys changed since

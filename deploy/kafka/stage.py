@@ -462,6 +462,9 @@ class StageRunner:
     def _load(self, task: PartitionTask, cp) -> None:
         """Load a restored checkpoint into ``task``; a key state that cannot be read is a
         :class:`~shiftwatch.deploy.kafka.changelog.ChangelogError` naming the key."""
+        # the changelog offsets of this read (a later assignment's read replaces the
+        # reader's): a lazily restored key that cannot be loaded names its entry's offset
+        task.changelog_offsets = self._reader.offsets
         try:
             self.checkpointer.load(task, cp)
         except StateLoadError as exc:
@@ -479,7 +482,7 @@ class StageRunner:
             self.changelog, task.partition,
             f"the state of key {key!r} (operator {operator}) in checkpoint {checkpoint} "
             f"cannot be loaded: {reason}",
-            offset=self._reader.offsets.get((task.partition, where)), key=where)
+            offset=task.changelog_offsets.get((task.partition, where)), key=where)
 
     def _reset_partition(self, task: PartitionTask) -> None:
         """--reset-state: delete the partition's changelog entries (tombstones), number the
