@@ -469,7 +469,7 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
         by_gid = in_groups.get(ref)
         if by_gid is None:
             if base == WHOLE:  # the common case: one whole version
-                if not best or ref not in best or best[ref][0] < gid:
+                if ref not in best or best[ref][0] < gid:
                     best[ref] = (gid, -1, gid, state)
                 continue
             by_gid = {gid: (base, state)}

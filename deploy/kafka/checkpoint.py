@@ -30,7 +30,7 @@ from typing import Any
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.kafka.changelog import WHOLE, Group, Restored, encode_group, encode_marker
 from shiftwatch.operators.keyed import DeferredStateError, Keyed
-from shiftwatch.operators.state_codec import dumps_state, encode_state, loads_state
+from shiftwatch.operators.state_codec import dumps_state, encode_state
 
 try:
     from orjson import dumps as _fast_dumps
@@ -131,6 +131,7 @@ def state_bytes(state: Any) -> bytes:
     beyond 64 bits, lone surrogates).
 
     >>> import numpy as np
+    >>> from shiftwatch.operators.state_codec import loads_state
     >>> s = {"n": 3, "x": np.array([0.1, 1e-300]), "t": (1.5, None)}
     >>> back = loads_state(state_bytes(s))
     >>> back["n"], back["x"].tolist(), back["t"]
@@ -571,27 +572,12 @@ class Checkpointer:
         task.restored_id = cp.id
         lazy = self.settings.get("restore", "lazy") == "lazy"
         for i, (op, states) in enumerate(zip(ops, cp.states, strict=True)):
-            if lazy:  # each key's operator is built on its first record (Keyed.load_encoded)
-                try:
-                    op.load_encoded(states)
-                except DeferredStateError as exc:
-                    raise StateLoadError(i, exc.key, exc.reason) from None
-                continue
-            decoded = {}
-            for k, v in states.items():
-                try:
-                    decoded[k] = loads_state(v)
-                except Exception as exc:
-                    raise StateLoadError(i, k, f"not a state ({type(exc).__name__}: "
-                                         f"{str(exc)[:200]})") from None
+            # each key's operator is built on its first record (Keyed.load_encoded), or
+            # (eager) every one now, by the same code
             try:
-                op.load_state_dict({"operator": "keyed", "keys": decoded})
-            except Exception:  # find the key: load them one by one
-                for k, s in decoded.items():
-                    try:
-                        op.load_state_dict({"operator": "keyed", "keys": {k: s}})
-                    except Exception as exc:
-                        raise StateLoadError(i, k, f"{type(exc).__name__}: "
-                                             f"{str(exc)[:200]}") from None
-                raise
+                op.load_encoded(states)
+                if not lazy:
+                    op.load_deferred()
+            except DeferredStateError as exc:
+                raise StateLoadError(i, exc.key, exc.reason) from None
 
