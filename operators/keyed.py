@@ -9,6 +9,7 @@ from typing import Any
 
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.operators.state_codec import loads_state
 
 __all__ = ["DeferredStateError", "Keyed"]
 
@@ -169,8 +170,6 @@ class Keyed(Operator):
             self._build(key)
 
     def _build(self, key: Any) -> None:
-        from shiftwatch.operators.state_codec import loads_state
-
         data = self._deferred.pop(key)
         try:
             state = loads_state(data)
