@@ -19,9 +19,9 @@ _LAZY = {
     "StageConfig": "shiftwatch.deploy.pipeline",
     "PipelineError": "shiftwatch.deploy.pipeline",
     "StageRunner": "shiftwatch.deploy.kafka.stage",
-    "run_pipeline": "shiftwatch.deploy.kafka.stage",
-    "dedupe": "shiftwatch.deploy.kafka.dedupe",
-    "Deduper": "shiftwatch.deploy.kafka.dedupe",
+    "run_pipeline": "shiftwatch.deploy.kafka.run",
+    "dedupe": "shiftwatch.deploy.dedupe",
+    "Deduper": "shiftwatch.deploy.dedupe",
 }
 
 __all__ = [*_LAZY]

@@ -217,9 +217,9 @@ def _histories(records: Iterable[Any], labels: Sequence[int] | Mapping | None, m
     """
     from collections import Counter
 
+    from shiftwatch.codec import key_text
     from shiftwatch.operators import DeadLetter
-    from shiftwatch.operators.codec import key_text
-    from shiftwatch.operators.records import reason_kind
+    from shiftwatch.records import reason_kind
     from shiftwatch.sinks.labels import plan_labels, positions_of
 
     by_key: dict[Any, dict[str, list]] = {}

@@ -335,7 +335,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
 
-    from shiftwatch.deploy.kafka.stage import run_pipeline
+    from shiftwatch.deploy.kafka.run import run_pipeline
     from shiftwatch.deploy.pipeline import load_pipeline
 
     with user_input():
@@ -472,12 +472,12 @@ def _history(source: Any, spec: str) -> Iterator[Any]:
     """The items of ``source`` for ``calibrate``, which runs inside :func:`user_input`.
 
     A source yields a dead letter for input it cannot read; one that raises
-    :class:`~shiftwatch.operators.records.BadInput` instead stops the reading with one line
+    :class:`~shiftwatch.records.BadInput` instead stops the reading with one line
     naming the record. Any other ``ValueError`` it raises is a bug, not the user's: it is
     passed on as a ``RuntimeError`` so that :func:`user_input` does not print its bare
     message as the user's error, and ``main`` shows its traceback.
     """
-    from shiftwatch.operators.records import BadInput
+    from shiftwatch.records import BadInput
 
     items = iter(source)
     n = 0

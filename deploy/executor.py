@@ -3,15 +3,15 @@
 Where a record is ...
 
 * **decoded**: a file source (:mod:`shiftwatch.streams.files`) or, for Kafka messages,
-  :meth:`StageExecutor.admit` with :func:`shiftwatch.operators.codec.decode_record`
+  :meth:`StageExecutor.admit` with :func:`shiftwatch.codec.decode_record`
   (the Kafka history source :mod:`shiftwatch.streams.kafka` uses the same function);
 * **validated and de-duplicated**: :meth:`StageExecutor.admit` (value check, then
-  :class:`~shiftwatch.deploy.kafka.dedupe.Deduper` on the input coordinates);
+  :class:`~shiftwatch.deploy.dedupe.Deduper` on the input coordinates);
 * **processed**: :meth:`StageExecutor.process`, the keyed operator chain;
 * **dead-lettered**: :meth:`StageExecutor.dead_letter`, one schema
-  (:meth:`~shiftwatch.operators.records.DeadLetter.to_record`);
+  (:meth:`~shiftwatch.records.DeadLetter.to_record`);
 * **written**: by the runner, each output encoded by
-  :func:`~shiftwatch.operators.codec.encode_record` (Kafka) or the same rule in the file sinks.
+  :func:`~shiftwatch.codec.encode_record` (Kafka) or the same rule in the file sinks.
 
 The local runner (:class:`~shiftwatch.deploy.local.Pipeline`) and the Kafka stage
 (:class:`~shiftwatch.deploy.kafka.stage.StageRunner`) are loops around it that differ only in
@@ -27,10 +27,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shiftwatch.deploy.kafka.dedupe import DUPLICATE, Deduper
-from shiftwatch.operators.codec import decode_record, encode_record
+from shiftwatch.codec import decode_record, encode_record
+from shiftwatch.deploy.dedupe import DUPLICATE, Deduper
 from shiftwatch.operators.keyed import Keyed
-from shiftwatch.operators.records import BadInput, DeadLetter, reason_kind
+from shiftwatch.records import BadInput, DeadLetter, reason_kind
 
 __all__ = ["RunSummary", "StageExecutor", "Batch", "fit_dead_letter"]
 
@@ -98,7 +98,7 @@ class Batch:
 
     ``inputs`` are the records that reached the operators, ``outputs`` the last operator's
     outputs in input order, ``dead_letters`` the dead-letter records (schema of
-    :meth:`~shiftwatch.operators.records.DeadLetter.to_record`) of the operators' rejections.
+    :meth:`~shiftwatch.records.DeadLetter.to_record`) of the operators' rejections.
     """
 
     inputs: list[dict]
@@ -119,7 +119,7 @@ class StageExecutor:
         The operators' names for dead letters (default: each operator's ``name``).
     value, key, ts
         Fields of a message's JSON object holding the value, key and event time
-        (:func:`~shiftwatch.operators.codec.decode_record`); only :meth:`admit` uses them.
+        (:func:`~shiftwatch.codec.decode_record`); only :meth:`admit` uses them.
     dedupe
         Drop inputs whose ``input`` coordinates were seen (outputs a crashed upstream stage
         produced again), keeping high-water marks in :attr:`deduper`.
@@ -134,7 +134,7 @@ class StageExecutor:
         for no limit. Larger outputs make their input a dead letter; larger dead letters are
         cut to fit.
     deduper
-        The :class:`~shiftwatch.deploy.kafka.dedupe.Deduper` to use (a Kafka stage passes one
+        The :class:`~shiftwatch.deploy.dedupe.Deduper` to use (a Kafka stage passes one
         that knows the upstream topic and its end offsets).
 
     Examples
@@ -221,7 +221,7 @@ class StageExecutor:
         outputs, alarms and dead letters. With ``dirty``, ``dirty[i]`` gains the keys of the
         records operator ``i`` got (what the next checkpoint must write).
 
-        An exception other than :class:`~shiftwatch.operators.records.BadInput` from an
+        An exception other than :class:`~shiftwatch.records.BadInput` from an
         operator propagates; the operators' state may then hold part of the batch.
         """
         inputs = records
@@ -306,7 +306,7 @@ class StageExecutor:
 
     def encode(self, batch: Batch, origins: Mapping[int, dict] | None = None,
                raws: Mapping[int, Any] | None = None) -> list[bytes]:
-        """The encoded outputs of ``batch`` (:func:`~shiftwatch.operators.codec.encode_record`),
+        """The encoded outputs of ``batch`` (:func:`~shiftwatch.codec.encode_record`),
         in order. An input any of whose outputs cannot be encoded, or encodes to more than
         :attr:`max_message_bytes`, has all its outputs removed from ``batch.outputs`` and
         becomes a dead letter (appended to ``batch.dead_letters``), so every input still has

@@ -19,7 +19,7 @@ from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.keyed import Keyed
-from shiftwatch.operators.records import DeadLetter, reason_kind
+from shiftwatch.records import DeadLetter, reason_kind
 
 __all__ = ["Pipeline", "RunSummary", "AllDeadLetters", "stop_if_all_dead", "ALL_DEAD_FIRST"]
 
@@ -36,7 +36,7 @@ class AllDeadLetters(UserError):
 def stop_if_all_dead(items: Iterable, what: str, first: int | None = ALL_DEAD_FIRST):
     """Yield ``items``; raise :class:`AllDeadLetters` when the first ``first`` of them (or all,
     when the source ends sooner) are dead letters whose reasons are of one kind
-    (:func:`~shiftwatch.operators.records.reason_kind`).
+    (:func:`~shiftwatch.records.reason_kind`).
 
     The one place where ``shiftwatch replay`` (through :class:`Pipeline`) and
     ``shiftwatch calibrate`` count this. The message names the reason as the first dead
@@ -92,7 +92,7 @@ class Pipeline:
     Parameters
     ----------
     source
-        An iterable of records and :class:`~shiftwatch.operators.records.DeadLetter` items (a
+        An iterable of records and :class:`~shiftwatch.records.DeadLetter` items (a
         :class:`streams.Source`). Its ``length`` (if any) gives the progress bar an ETA.
     operators
         Applied in order; each one's outputs are the next one's inputs. Unless ``keyed`` is

@@ -69,6 +69,8 @@ __all__ = [
 ]
 
 GUARANTEES = ("at-least-once", "exactly-once")
+#: The Kafka clients a stage can run on (``kafka.client``; deploy/kafka/clients.py makes them).
+CLIENT_CHOICES = ("kafka-python", "confluent")
 
 #: Settings of the ``kafka:`` section the stage sets itself, or that have their own section
 #: (validated there, overridable per stage): refused in ``kafka:``, each with the reason.
@@ -149,8 +151,6 @@ def _kafka_section(kafka: Mapping, err) -> dict:
     accepted = sorted(set().union(*kafka_settings().values()))
     for k in kafka:
         if k == "client":
-            from shiftwatch.deploy.kafka.clients import CLIENT_CHOICES
-
             if kafka[k] not in CLIENT_CHOICES:
                 raise err(f"kafka: client must be one of {', '.join(CLIENT_CHOICES)}, got "
                           f"{kafka[k]!r}")

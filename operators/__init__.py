@@ -1,7 +1,8 @@
 """Stateful stream operators: the operator contract, the registry and the built-in operators.
 
-The ground floor is split by concern: :mod:`~shiftwatch.operators.records` (records, dead
-letters, field helpers), :mod:`~shiftwatch.operators.state_codec` (the JSON state codec),
+Records, dead letters and the field helpers live on the ground floor,
+:mod:`shiftwatch.records` (re-exported here). The operators' common modules are split by
+concern: :mod:`~shiftwatch.operators.state_codec` (the JSON state codec),
 :mod:`~shiftwatch.operators.contract` (:class:`Operator`),
 :mod:`~shiftwatch.operators.registry` (operators by name), :mod:`~shiftwatch.operators.keyed`
 and :mod:`~shiftwatch.operators.with_input`.
@@ -23,12 +24,12 @@ from shiftwatch._lazy import lazy_exports
 
 #: public name -> module that defines it (imported on first attribute access)
 _LAZY = {
-    "BadInput": ".records",
-    "DeadLetter": ".records",
-    "PASSTHROUGH_FIELDS": ".records",
-    "get_field": ".records",
-    "as_scalar": ".records",
-    "as_array": ".records",
+    "BadInput": "shiftwatch.records",
+    "DeadLetter": "shiftwatch.records",
+    "PASSTHROUGH_FIELDS": "shiftwatch.records",
+    "get_field": "shiftwatch.records",
+    "as_scalar": "shiftwatch.records",
+    "as_array": "shiftwatch.records",
     "encode_state": ".state_codec",
     "decode_state": ".state_codec",
     "dumps_state": ".state_codec",

@@ -29,9 +29,9 @@ import numpy as np
 
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.keyed import Keyed
-from shiftwatch.operators.records import BadInput, DeadLetter
 from shiftwatch.operators.registry import create
 from shiftwatch.operators.state_codec import dumps_state, loads_state
+from shiftwatch.records import BadInput, DeadLetter
 
 __all__ = [
     "OPT_OUTS",

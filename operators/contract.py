@@ -8,10 +8,43 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shiftwatch.operators.records import MAX_ABS, PASSTHROUGH_FIELDS, BadInput, DeadLetter
 from shiftwatch.operators.state_codec import decode_state, encode_state
+from shiftwatch.records import MAX_ABS, PASSTHROUGH_FIELDS, BadInput, DeadLetter
 
-__all__ = ["Operator"]
+__all__ = ["Operator", "params_of"]
+
+
+def params_of(cls: type, init: Any) -> Any:
+    """Give ``init`` (an operator's ``def __init__(self, *args, <own keyword-only parameters>,
+    **params)``) the parameters of ``cls``'s constructor followed by its own, so an operator
+    that wraps a detector defines none of the detector's parameters a second time.
+
+    The decorated ``__init__`` stores every parameter under its own name (River style) and
+    then runs the original body, which validates and ends with ``self._reset()``. Its
+    signature (``inspect.signature``, ``clone``, ``repr``, the registry) is the combined
+    one; positional arguments, unknown names and duplicates fail as Python's own calls do.
+    The operator class also names ``cls`` in a ``params_from = "module.Class"`` attribute,
+    which :mod:`~shiftwatch.operators.source_info` reads to list the parameters without
+    importing the modules.
+    """
+    base = [p for p in inspect.signature(cls.__init__).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    own = [p.replace(kind=p.POSITIONAL_OR_KEYWORD)
+           for p in inspect.signature(init).parameters.values() if p.kind == p.KEYWORD_ONLY]
+    signature = inspect.Signature([*base, *own])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        names = list(bound.arguments)
+        for name in names[1:]:
+            setattr(self, name, bound.arguments[name])
+        init(self, **{p.name: bound.arguments[p.name] for p in own})
+
+    __init__.__signature__ = signature  # type: ignore[attr-defined]
+    __init__.__doc__ = init.__doc__
+    __init__.__qualname__ = init.__qualname__
+    return __init__
 
 
 class Operator:
@@ -30,7 +63,7 @@ class Operator:
     * ``name`` — the registered name (set by :func:`register`);
     * ``input_kind`` — a one-line description of the values it accepts (for ``list``);
     * ``max_abs`` — the largest magnitude of a number it accepts in a value (default
-      :data:`~shiftwatch.operators.records.MAX_ABS`, 1e150, whose square is still finite);
+      :data:`~shiftwatch.records.MAX_ABS`, 1e150, whose square is still finite);
       larger ones are rejected with :class:`BadInput` naming the limit, as is anything
       that would make the state infinite or NaN;
     * ``_state_exclude`` — underscore attributes that are configuration, not state.

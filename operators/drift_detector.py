@@ -13,7 +13,7 @@
 * :func:`real_number`: ``update`` takes what River's ADWIN takes (a real number: anything
   with ``__float__`` or ``__index__``) and refuses the rest with a ``TypeError`` as ADWIN
   does (``"1.0"``, ``None``, ``b"1"``, a complex number): :class:`NotANumber` is both that
-  ``TypeError`` and shiftwatch's :class:`~shiftwatch.operators.records.BadInput`.
+  ``TypeError`` and shiftwatch's :class:`~shiftwatch.records.BadInput`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from river import base as river_base
 
-from shiftwatch.operators.records import BadInput
+from shiftwatch.records import BadInput
 
 __all__ = ["RiverDriftDetector", "NotANumber", "real_number", "refuse_text"]
 

@@ -30,8 +30,8 @@ from shiftwatch.operators.period import (
     embed_params,
     progressive_period,
 )
-from shiftwatch.operators.records import as_scalar, get_field
 from shiftwatch.operators.registry import register
+from shiftwatch.records import as_scalar, get_field
 
 __all__ = ["DelayEmbed"]
 

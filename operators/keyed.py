@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.records import BadInput, DeadLetter
 from shiftwatch.operators.state_codec import loads_state
+from shiftwatch.records import BadInput, DeadLetter
 
 __all__ = ["DeferredStateError", "Keyed"]
 

@@ -160,6 +160,43 @@ def init_params(init: ast.FunctionDef, keep_varargs: bool) -> dict[str, Any] | N
     return params
 
 
+def _wrapped_init(chain: list[ast.ClassDef]) -> ast.FunctionDef | None:
+    """The function ``f`` of a class body's ``__init__ = params_of(Cls, f)``."""
+    for cls in chain:
+        for node in cls.body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id == "__init__" and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name)
+                    and node.value.func.id == "params_of" and len(node.value.args) == 2
+                    and isinstance(node.value.args[1], ast.Name)):
+                return find_method([cls], node.value.args[1].id)
+    return None
+
+
+def _params_from(qualname: str, init: ast.FunctionDef | None) -> dict[str, Any] | None:
+    """The parameters of an ``__init__`` made by
+    :func:`~shiftwatch.operators.contract.params_of`: those of ``qualname``'s own
+    ``__init__`` (read from its module's source), then ``init``'s keyword-only ones."""
+    module, _, cls_name = qualname.rpartition(".")
+    path = module_file(module) if module else None
+    cls = class_defs(parse_source(path)).get(cls_name) if path else None
+    base = find_method([cls], "__init__") if cls is not None else None
+    if base is None or base.args.vararg is not None or base.args.kwarg is not None:
+        return None
+    if init is None:
+        return None
+    a = init.args
+    if a.vararg is None or a.kwarg is None or len([*a.posonlyargs, *a.args]) != 1:
+        return None  # not the shape params_of expects
+    params = init_params(base, keep_varargs=False)
+    own = {arg.arg: literal_value(d) for arg, d in zip(a.kwonlyargs, a.kw_defaults,
+                                                          strict=True)}
+    if params is None or any(v is _NOT_LITERAL for v in own.values()):
+        return None
+    return {**params, **own}
+
+
 @lru_cache(maxsize=1)
 def _default_input_kind() -> Any:
     """``Operator.input_kind``, read from the contract's source (importing it loads NumPy)."""
@@ -184,9 +221,14 @@ def class_info_from_source(module: str, cls_name: str, name: str) -> OperatorInf
     kind = _class_attr(chain, "input_kind")
     if kind is inspect.Parameter.empty:
         kind = _default_input_kind()
-    if init is None or doc is None or not isinstance(kind, str):
+    if (init is None and _wrapped_init(chain) is None) or doc is None \
+            or not isinstance(kind, str):
         return None
-    params = init_params(init, keep_varargs=True)
+    from_cls = _class_attr(chain, "params_from")
+    if isinstance(from_cls, str):
+        params = _params_from(from_cls, _wrapped_init(chain))
+    else:
+        params = init_params(init, keep_varargs=True)
     if params is None:
         return None
     return OperatorInfo(name=name, summary=doc.split("\n")[0],

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.records import DeadLetter
 
 __all__ = ["WithInput"]
 

@@ -23,8 +23,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from shiftwatch.operators.codec import dumps_record, jsonable
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.codec import dumps_record, jsonable
+from shiftwatch.records import DeadLetter
 from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed, reason_of
 from shiftwatch.sinks.base import Sink
 from shiftwatch.sinks.key_label import key_label
@@ -514,7 +514,7 @@ class MemorySink(Sink):
 class DeadLetterSink(_FileSink):
     """Receive dead letters: write them as JSON lines to ``path``, or keep them in memory.
 
-    ``write`` accepts :class:`~shiftwatch.operators.records.DeadLetter` objects and dead letters
+    ``write`` accepts :class:`~shiftwatch.records.DeadLetter` objects and dead letters
     already turned into records (``DeadLetter.to_record()`` dicts).
 
     Parameters

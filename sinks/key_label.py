@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from shiftwatch.operators.codec import key_text
+from shiftwatch.codec import key_text
 
 __all__ = ["MAX_LABEL", "key_label"]
 

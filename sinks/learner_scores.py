@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shiftwatch.operators.codec import key_text
+from shiftwatch.codec import key_text
 from shiftwatch.sinks.metrics import (
     accuracy_matrix,
     average_accuracy,

@@ -1,7 +1,7 @@
 """Sources: where records come from.
 
-A source is an iterable of records (dicts, see ``shiftwatch.operators.records``) and
-:class:`~shiftwatch.operators.records.DeadLetter` items for input it could not parse. Sources never
+A source is an iterable of records (dicts, see ``shiftwatch.records``) and
+:class:`~shiftwatch.records.DeadLetter` items for input it could not parse. Sources never
 write dead letters themselves: the runner routes them.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.records import DeadLetter
 
 __all__ = ["Source"]
 

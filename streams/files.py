@@ -2,7 +2,7 @@
 
 Both sources map named columns (fields) to the record fields ``key``, ``ts``, ``value``, ``y``
 and ``task``. A line that cannot be turned into a record becomes a
-:class:`~shiftwatch.operators.records.DeadLetter` whose origin is
+:class:`~shiftwatch.records.DeadLetter` whose origin is
 ``{"file": path, "line": n}`` (``n`` the physical, 1-based line number, the header being line 1
 of a CSV file), and reading goes on.
 
@@ -43,8 +43,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from shiftwatch.operators.codec import MAX_DIGITS, parse_object
-from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
+from shiftwatch.codec import MAX_DIGITS, parse_object
+from shiftwatch.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 from shiftwatch.streams.base import Source
 
 __all__ = ["CsvSource", "JsonlSource"]
@@ -65,7 +65,7 @@ def _check_path(path: str | os.PathLike) -> str:
 
 
 #: A numeric cell with more digits than this is refused: the JSON decoder's limit
-#: (:data:`shiftwatch.operators.codec.MAX_DIGITS`, 100), so a CSV and a JSONL log of the same
+#: (:data:`shiftwatch.codec.MAX_DIGITS`, 100), so a CSV and a JSONL log of the same
 #: data give the same dead letters.
 MAX_NUMBER_DIGITS = MAX_DIGITS
 
@@ -222,11 +222,11 @@ def read_number(text: str, name: str = "value", hint: str = "") -> float:
     >>> read_number("1_000")
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.records.BadInput: value '1_000' is not a number
+    shiftwatch.records.BadInput: value '1_000' is not a number
     >>> read_number("-inf", "temp")
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.records.BadInput: temp is not finite: -inf
+    shiftwatch.records.BadInput: temp is not finite: -inf
     """
     cell = text.strip()
     if _NUMBER.fullmatch(cell) is None:

@@ -15,11 +15,11 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from shiftwatch.operators.codec import decode_record
-from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.codec import decode_record
+from shiftwatch.records import BadInput, DeadLetter
 from shiftwatch.streams.base import Source
 
-__all__ = ["KafkaSource", "parse_time"]
+__all__ = ["KafkaSource", "parse_time", "learn_ends"]
 
 
 def parse_time(t: Any) -> float | None:
@@ -83,7 +83,7 @@ class KafkaSource(Source):
     Partitions are read one after another, each in offset order, so every key's records come
     in the order they were written. Each record gets ``meta.kafka`` = its topic, partition,
     offset and timestamp. Messages are decoded by
-    :func:`shiftwatch.operators.codec.decode_record`, as a Kafka stage decodes its input; those
+    :func:`shiftwatch.codec.decode_record`, as a Kafka stage decodes its input; those
     it rejects become dead letters.
     """
 
@@ -170,33 +170,12 @@ class KafkaSource(Source):
         return starts
 
     def _ends(self, c, tps, starts) -> tuple[dict, dict]:
-        """Each partition's end offset now, and the messages fetched to learn it.
-
-        The end is the larger of the listed end offset and the high-water mark of a first
-        fetch: some Kafka-protocol brokers (tansu) list an end offset below the real one,
-        but every fetch response carries the true high-water mark."""
+        """Each partition's end offset now, and the messages fetched to learn it."""
         listed = c.end_offsets(tps)
         c.assign(tps)
         for tp in tps:
             c.seek(tp, starts[tp])
-        buffered: dict = {tp: [] for tp in tps}
-        ends: dict = {}
-        last_data = time.monotonic()
-        while len(ends) < len(tps):
-            got = c.poll(timeout_ms=200)
-            now = time.monotonic()
-            for tp, msgs in got.items():
-                buffered[tp].extend(msgs)
-            if got:
-                last_data = now
-            for tp in tps:
-                hw = c.highwater(tp)
-                if hw is not None and tp not in ends:
-                    ends[tp] = max(hw, listed[tp])
-            if not got and now - last_data > 1.0:  # nothing to fetch: the listed end
-                for tp in tps:
-                    ends.setdefault(tp, listed[tp])
-        return ends, buffered
+        return learn_ends(c, tps, listed)
 
     def _read(self, c, tp, buffered: list, end: int) -> Iterator[dict | DeadLetter]:
         for m in buffered:
@@ -272,3 +251,35 @@ class KafkaSource(Source):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+def learn_ends(consumer: Any, tps: list, listed: dict, idle_s: float = 1.0
+               ) -> tuple[dict, dict]:
+    """Each partition's end offset now, and the messages fetched while learning it (by
+    partition), for a consumer already assigned to ``tps`` and positioned.
+
+    The end is the larger of the listed end offset (``listed``, asked before the first fetch)
+    and the high-water mark of a first fetch: some Kafka-protocol brokers (tansu) list an end
+    offset below the real one, but every fetch response carries the true high-water mark.
+    A partition that brings nothing for ``idle_s`` seconds keeps its listed end. Every
+    reader of a topic's history (the Kafka source, ``shiftwatch consume``, the demo) learns
+    its ends here.
+    """
+    held: dict = {tp: [] for tp in tps}
+    ends: dict = {}
+    last_data = time.monotonic()
+    while len(ends) < len(tps):
+        got = consumer.poll(timeout_ms=200)
+        now = time.monotonic()
+        for tp, msgs in got.items():
+            held.setdefault(tp, []).extend(msgs)
+        if got:
+            last_data = now
+        for tp in tps:
+            hw = consumer.highwater(tp)
+            if hw is not None and tp not in ends:
+                ends[tp] = max(hw, listed[tp])
+        if not got and now - last_data > idle_s:  # nothing to fetch: the listed end
+            for tp in tps:
+                ends.setdefault(tp, listed[tp])
+    return ends, held

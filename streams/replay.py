@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.records import DeadLetter
 from shiftwatch.streams.base import Source
 from shiftwatch.streams.files import CsvSource, JsonlSource
 from shiftwatch.streams.river_data import (

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.records import DeadLetter
 from shiftwatch.streams.base import Source
 
 __all__ = ["RiverDriftSource", "RiverDatasetSource", "drift_dataset_names",

@@ -18,7 +18,12 @@ SUBPACKAGES = ["operators.confseq", "operators.riemannian", "operators.river", "
                "operators.shape",
                "deploy.kafka", "deploy.demos"]
 HEAVY = {"numba", "torch", "matplotlib", "kafka"}
-GROUND_FLOOR = ["records", "state_codec", "contract", "registry", "keyed", "with_input"]
+#: The ground floor, in shiftwatch/: the record model every package speaks (records and dead
+#: letters, the record <-> bytes codec). It imports none of the four folders.
+GROUND_FLOOR = ["records", "codec"]
+#: operators/' own common modules (the contract, the registry, Keyed, the state codec): the
+#: families build on them; they import no family and nothing of streams, sinks or deploy.
+OPERATOR_COMMONS = ["state_codec", "contract", "registry", "keyed", "with_input"]
 #: One folder per operator family; a family imports the ground floor, never another family.
 FAMILIES = ["confseq", "riemannian", "river", "learners", "shape"]
 
@@ -57,7 +62,8 @@ def _imports(path: Path, module_level_only: bool = False) -> set[str]:
     """
     tree = ast.parse(path.read_text())
     try:
-        pkg = ".".join(["shiftwatch", *path.parent.relative_to(ROOT).parts])
+        parts = path.parent.relative_to(ROOT).parts
+        pkg = ".".join(["shiftwatch", *(parts[1:] if parts[:1] == ("shiftwatch",) else parts)])
     except ValueError:  # a file outside the repository (the self-test below)
         pkg = f"shiftwatch.{path.parent.name}"
     if module_level_only:
@@ -93,7 +99,7 @@ def _modules(package: str) -> list[Path]:
     return paths
 
 
-def _ground_floor_modules() -> list[Path]:
+def _operator_commons() -> list[Path]:
     return sorted((ROOT / "operators").glob("*.py"))
 
 
@@ -105,7 +111,16 @@ def _shiftwatch_package(name: str) -> str | None:
 
 
 @pytest.mark.parametrize("module", GROUND_FLOOR)
-def test_ground_floor_imports_no_package_above_and_nothing_heavy(module):
+def test_the_ground_floor_imports_none_of_the_four_folders_and_nothing_heavy(module):
+    path = ROOT / "shiftwatch" / f"{module}.py"
+    every = _imports(path)
+    above = {n for n in every if _shiftwatch_package(n) in PACKAGES}
+    assert not above, f"shiftwatch/{module}.py imports {above}"
+    assert not {n.split(".")[0] for n in every} & HEAVY, f"{module} imports {every & HEAVY}"
+
+
+@pytest.mark.parametrize("module", OPERATOR_COMMONS)
+def test_operator_commons_import_no_package_above_and_nothing_heavy(module):
     path = ROOT / "operators" / f"{module}.py"
     every = _imports(path)
     assert not {n for n in every if n.split(".")[:2] in (["shiftwatch", "streams"],
@@ -125,9 +140,9 @@ def test_operators_never_import_streams_sinks_or_deploy(path):
                                                              "operators"}
 
 
-#: What sources and sinks may import from below: the record and dead letter, and the
-#: record <-> bytes codec (task B's ground-floor module, which imports only records).
-STREAMS_SINKS_MAY_IMPORT = {"shiftwatch.operators.records", "shiftwatch.operators.codec"}
+#: What sources and sinks may import from below: the ground floor (the record and dead letter,
+#: and the record <-> bytes codec, which imports only records).
+STREAMS_SINKS_MAY_IMPORT = {"shiftwatch.records", "shiftwatch.codec"}
 #: The top-level helper every package __init__ uses for its lazy re-exports (stdlib only).
 TOP_LEVEL_HELPERS = {"shiftwatch._lazy"}
 
@@ -138,7 +153,7 @@ def test_streams_and_sinks_import_only_records_from_below(path):
     own = path.relative_to(ROOT).parts[0]
     foreign = {n for n in _imports(path) if n.startswith("shiftwatch")
                and _shiftwatch_package(n) not in (own, None)}
-    # `from shiftwatch.operators.records import X` also yields ...records.X: drop those.
+    # `from shiftwatch.records import X` also yields ...records.X: drop those.
     foreign = {n for n in foreign if not any(n.startswith(m + ".")
                                              for m in STREAMS_SINKS_MAY_IMPORT
                                              | TOP_LEVEL_HELPERS)}
@@ -150,10 +165,10 @@ def test_streams_and_sinks_import_only_records_from_below(path):
 
 @pytest.mark.parametrize("module", sorted(STREAMS_SINKS_MAY_IMPORT))
 def test_what_streams_and_sinks_import_stays_on_the_ground_floor(module):
-    path = ROOT / "operators" / f"{module.rsplit('.', 1)[1]}.py"
+    path = ROOT / "shiftwatch" / f"{module.rsplit('.', 1)[1]}.py"
     assert path.exists(), f"{module} is allowed to streams and sinks but does not exist"
     ours = {n for n in _imports(path) if n.startswith("shiftwatch")}
-    assert {n for n in ours if not n.startswith("shiftwatch.operators.records")} == set()
+    assert {n for n in ours if not n.startswith("shiftwatch.records")} == set()
     assert not {n.split(".")[0] for n in _imports(path)} & HEAVY
 
 
@@ -172,8 +187,8 @@ def _family_of(name: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("path", _ground_floor_modules(), ids=lambda p: p.name)
-def test_the_ground_floor_imports_no_family(path):
+@pytest.mark.parametrize("path", _operator_commons(), ids=lambda p: p.name)
+def test_the_operator_commons_import_no_family(path):
     families = {n for n in _imports(path) if _family_of(n)}
     assert not families, f"operators/{path.name} imports {families}"
 
@@ -208,11 +223,13 @@ def test_the_demos_are_imported_only_by_the_cli():
 def _import_graph() -> dict[str, set[str]]:
     """Module -> the shiftwatch modules it imports (module level and inside functions)."""
     graph = {}
-    for package in PACKAGES:
+    for package in [*PACKAGES, "shiftwatch"]:
         for path in _modules(package):
             rel = path.relative_to(ROOT).with_suffix("")
             parts = list(rel.parts)
-            if parts[-1] == "__init__":
+            if parts[0] == "shiftwatch":
+                parts = parts[1:]
+            if parts and parts[-1] == "__init__":
                 parts = parts[:-1]
             name = ".".join(["shiftwatch", *parts])
             graph[name] = {n for n in _imports(path) if n.startswith("shiftwatch.")}
@@ -247,9 +264,9 @@ def test_the_layering_check_sees_imports_inside_functions(tmp_path):
     fake.parent.mkdir()
     fake.write_text("class A:\n    def f(self):\n"
                     "        from shiftwatch.streams.synthetic import WishartSPDStream\n"
-                    "        from . import records\n")
+                    "        from . import keyed\n")
     assert _imports(fake) == {"shiftwatch.streams.synthetic", "shiftwatch.operators",
-                              "shiftwatch.operators.records"}
+                              "shiftwatch.operators.keyed"}
     assert _imports(fake, module_level_only=True) == set()
 
 
@@ -272,4 +289,31 @@ def test_nothing_imports_the_folders_by_their_bare_names():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if bare.match(line):
                 found.append(f"{path.name}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+#: A module one person can hold: the library's modules stay under this many lines.
+MAX_MODULE_LINES = 800
+#: operators/ keeps its common modules few (the families have folders of their own).
+MAX_OPERATOR_TOP_MODULES = 16
+
+
+def test_no_library_module_is_over_800_lines():
+    long = []
+    for package in [*PACKAGES, "shiftwatch"]:
+        for path in _modules(package):
+            n = len(path.read_text().splitlines())
+            if n > MAX_MODULE_LINES:
+                long.append(f"{path.relative_to(ROOT)}: {n} lines")
+    assert not long, "\n".join(long)
+
+
+def test_operators_holds_at_most_16_modules_at_its_top():
+    top = sorted(p.name for p in (ROOT / "operators").glob("*.py"))
+    assert len(top) <= MAX_OPERATOR_TOP_MODULES, top
+
+
+def test_streams_and_sinks_import_nothing_from_operators():
+    found = [f"{p.relative_to(ROOT)}: {n}" for p in _modules("streams") + _modules("sinks")
+             for n in _imports(p) if _shiftwatch_package(n) == "operators"]
     assert not found, "\n".join(found)

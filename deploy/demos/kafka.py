@@ -4,7 +4,7 @@ Starts the local broker (:mod:`shiftwatch.deploy.kafka.broker`) on a free port, 
 sensor stream to ``sensors.csv`` and produces it to ``sensors.raw``
 (:mod:`shiftwatch.deploy.kafka.produce`), runs the two stages of ``deploy/examples/sensors.yaml``
 (``standardize``, then ``river:ADWIN``) in this process as Kafka consumer-group members
-(:func:`shiftwatch.deploy.kafka.stage.run_pipeline`) until they are idle, reads the alarms
+(:func:`shiftwatch.deploy.kafka.run.run_pipeline`) until they are idle, reads the alarms
 back from ``sensors.alarms`` and the dead letters from the stages' DLQ topics, prints them,
 and stops the broker. The stream holds one unreadable CSV row (a dead letter of the
 source, never produced) and one message the ``scale`` stage rejects (a dead letter on
@@ -87,34 +87,16 @@ def _pipeline(bootstrap: str, out_dir: Path):
 
 def _read_all(bootstrap: str, topic: str, client: dict) -> list:
     """Every message of ``topic`` up to its current end (all partitions)."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer
+
+    from shiftwatch.deploy.kafka.consume import ConsumeSummary, read_messages
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **client)
     try:
-        parts = c.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        if not tps:
+        if not c.partitions_for_topic(topic):
             return []
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        # tansu can list an end offset below the real one; every fetch response carries the
-        # true high-water mark, so read until idle and at or past both.
-        listed = c.end_offsets(tps)
-        msgs: list = []
-        deadline = time.monotonic() + 15
-        idle_since = time.monotonic()
-        while time.monotonic() < deadline:
-            got = c.poll(timeout_ms=200)
-            now = time.monotonic()
-            for batch in got.values():
-                msgs.extend(batch)
-            if got:
-                idle_since = now
-                continue
-            ends = {tp: max(listed[tp], c.highwater(tp) or 0) for tp in tps}
-            if all(c.position(tp) >= ends[tp] for tp in tps) and now - idle_since > 0.5:
-                break
-        return msgs
+        return list(read_messages(c, topic, from_beginning=True, follow=False,
+                                  summary=ConsumeSummary(topic=topic), idle_timeout_s=15))
     finally:
         c.close()
 
@@ -125,7 +107,7 @@ def run_kafka_demo(out_dir: Path = Path("shiftwatch-demo") / "kafka", n: int = 4
     from shiftwatch.deploy.kafka.broker import start_broker, stop_broker
     from shiftwatch.deploy.kafka.connect import client_defaults
     from shiftwatch.deploy.kafka.produce import produce_source
-    from shiftwatch.deploy.kafka.stage import run_pipeline
+    from shiftwatch.deploy.kafka.run import run_pipeline
     from shiftwatch.streams import open_source
 
     stream = stream or sys.stdout

@@ -21,12 +21,13 @@ import os
 import time
 from typing import Any
 
+from shiftwatch.deploy.pipeline import CLIENT_CHOICES
+
 log = logging.getLogger("shiftwatch.kafka")
 
 __all__ = ["CLIENT_CHOICES", "client_kind", "check_client", "make_consumer", "make_producer",
            "ConfluentConsumer", "ConfluentProducer", "RDKAFKA_NAMES"]
 
-CLIENT_CHOICES = ("kafka-python", "confluent")
 ENV = "SHIFTWATCH_KAFKA_CLIENT"
 
 #: kafka-python setting -> librdkafka setting (what ``kafka:`` settings mean for confluent).

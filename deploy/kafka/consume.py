@@ -7,7 +7,7 @@ until interrupted. Each message is one JSON record (what a stage writes: its out
 input coordinates ``input = {topic, partition, offset, n}``, its dead letters ``origin``).
 
 Duplicates: at-least-once delivery can repeat outputs after a restart, with the same input
-coordinates. They are recognised by :class:`~shiftwatch.deploy.kafka.dedupe.Deduper`, one per
+coordinates. They are recognised by :class:`~shiftwatch.deploy.dedupe.Deduper`, one per
 partition of the topic read: within one output partition a stage writes each input
 partition's outputs in offset order and a restart writes a contiguous run of them again, so
 an output at or below its input partition's high-water mark is a repeat (memory: one mark per
@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, Any
 
+from shiftwatch.deploy.dedupe import DUPLICATE, Deduper
 from shiftwatch.deploy.errors import UserError
-from shiftwatch.deploy.kafka.dedupe import DUPLICATE, Deduper
 from shiftwatch.deploy.kafka.topics import missing_topic
+from shiftwatch.streams.kafka import learn_ends
 
 __all__ = ["ConsumeSummary", "consume_topic", "read_messages", "output_row", "format_ts",
            "OUTPUT_COLUMNS", "ALARM_COLUMNS", "DEAD_LETTER_COLUMNS"]
@@ -201,23 +202,8 @@ def read_messages(consumer: Any, topic: str, from_beginning: bool, follow: bool,
         consumer.seek_to_end(*tps)
     # The end of each partition now: learnt from the first fetches (messages they bring
     # are held meanwhile).
-    held: list = []
-    ends: dict = {}
-    last_data = time.monotonic()
-    while len(ends) < len(tps):
-        got = consumer.poll(timeout_ms=200)
-        now = time.monotonic()
-        for msgs in got.values():
-            held.extend(msgs)
-        if got:
-            last_data = now
-        for tp in tps:
-            hw = consumer.highwater(tp)
-            if hw is not None and tp not in ends:
-                ends[tp] = max(hw, listed[tp])
-        if not got and now - last_data > 1.0:  # nothing to fetch: the listed end
-            for tp in tps:
-                ends.setdefault(tp, listed[tp])
+    ends, by_tp = learn_ends(consumer, tps, listed)
+    held = [m for tp in tps for m in by_tp.get(tp, [])]
     by_part = {tp.partition: ends[tp] for tp in tps}
 
     def wanted(m) -> bool:

@@ -5,7 +5,7 @@ Any source ``shiftwatch replay`` reads from a file or a data set (CSV, JSON Line
 
 * the message value is the record (``key``, ``ts``, ``value``, and ``y``, ``task`` or
   ``extra`` fields when the source has them) encoded by
-  :func:`shiftwatch.operators.codec.encode_record`, the encoding of every output. A file
+  :func:`shiftwatch.codec.encode_record`, the encoding of every output. A file
   source's record also keeps the columns it was read from under their own names (read with
   ``key=sensor``, ``value=temp``, a record carries ``sensor`` and ``temp`` too), so a pipeline
   reads the topic with the file's field names (``deploy/examples/sensors.yaml``) or with the
@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from shiftwatch.operators.codec import encode_record
-from shiftwatch.operators.records import DeadLetter, get_field
+from shiftwatch.codec import encode_record
+from shiftwatch.records import DeadLetter, get_field
 
 __all__ = ["ProduceSummary", "produce_source", "with_source_columns", "message_key"]
 
@@ -94,7 +94,7 @@ def produce_source(source, topic: str, bootstrap: str, *, key_field: str = "key"
     Parameters
     ----------
     source
-        An iterable of records and :class:`~shiftwatch.operators.records.DeadLetter` items
+        An iterable of records and :class:`~shiftwatch.records.DeadLetter` items
         (what :func:`shiftwatch.streams.open_source` returns).
     topic, bootstrap
         Where to write.

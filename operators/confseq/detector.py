@@ -51,7 +51,7 @@ from shiftwatch.operators.confseq.kernels import (
     long_run_burn_step,
 )
 from shiftwatch.operators.drift_detector import NotANumber, RiverDriftDetector, real_number
-from shiftwatch.operators.records import MAX_ABS, BadInput, as_scalar
+from shiftwatch.records import MAX_ABS, BadInput, as_scalar
 
 __all__ = ["ConfSeqDetector", "CS_CHOICES", "N_LAMBDAS", "SCALE_CHOICES", "LONG_RUN_BATCHES"]
 
@@ -141,7 +141,7 @@ class ConfSeqDetector(RiverDriftDetector):
         ``"subgaussian"`` only: the sub-Gaussian scale, or ``None`` for the scale-free mode.
     lower, upper
         Bounds of the data for ``"hoeffding"``, ``"empirical-bernstein"`` and ``"betting"``.
-        A value outside them is rejected with :class:`~shiftwatch.operators.records.BadInput`.
+        A value outside them is rejected with :class:`~shiftwatch.records.BadInput`.
     quantile
         ``"quantile"`` only: the level ``p`` in (0, 1).
     pfa
@@ -193,7 +193,7 @@ class ConfSeqDetector(RiverDriftDetector):
     ``update_many(xs)`` runs the same kernel over an array and returns the positions of the
     alarms in ``xs``; it is identical to calling ``update`` in a loop. Non-finite values,
     non-numbers and values out of ``[lower, upper]`` raise
-    :class:`~shiftwatch.operators.records.BadInput` and leave the state untouched.
+    :class:`~shiftwatch.records.BadInput` and leave the state untouched.
 
     Examples
     --------

@@ -72,8 +72,8 @@ from shiftwatch.operators.confseq.kernels import (
 )
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.keyed import BAD_KEY_REASON, Keyed
-from shiftwatch.operators.records import BadInput, DeadLetter, numeric_ts
 from shiftwatch.operators.state_codec import encode_state
+from shiftwatch.records import BadInput, DeadLetter, numeric_ts
 
 __all__ = ["ConfSeqFleet", "fleet_eligible"]
 

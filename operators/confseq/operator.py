@@ -18,7 +18,9 @@ from shiftwatch.operators.confseq.detector import HULL_CS, NO_TS, ConfSeqDetecto
 from shiftwatch.operators.confseq.fleet import ConfSeqFleet, fleet_eligible
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.locate import LOCATE_KINDS, ValueWindow, locate_change
-from shiftwatch.operators.records import (
+from shiftwatch.operators.registry import register
+from shiftwatch.operators.sensitivity import Sensitivity
+from shiftwatch.records import (
     BadInput,
     DeadLetter,
     as_array,
@@ -26,8 +28,6 @@ from shiftwatch.operators.records import (
     get_field,
     numeric_ts,
 )
-from shiftwatch.operators.registry import register
-from shiftwatch.operators.sensitivity import Sensitivity
 
 __all__ = ["ConfSeqOperator"]
 
@@ -62,7 +62,7 @@ class ConfSeqOperator(Operator):
     ``alarm`` is then true when any coordinate alarms, ``lower``/``upper`` are lists and
     ``coordinates`` lists the coordinates that alarmed. The first record fixes the shape.
     Bad values (NaN, non-numbers, outside ``[lower, upper]`` for the bounded CSs, another
-    shape) raise :class:`~shiftwatch.operators.records.BadInput` and become dead letters.
+    shape) raise :class:`~shiftwatch.records.BadInput` and become dead letters.
 
     Parameters are those of :class:`ConfSeqDetector` plus ``field`` (dotted path),
     ``locate``, ``locate_window`` and ``restart`` (below). The default is the scale-free

@@ -53,9 +53,9 @@ from shiftwatch.operators.learners.torch_nets import (
     mlp,
     seeded_init,
 )
-from shiftwatch.operators.records import BadInput, as_array, get_field
 from shiftwatch.operators.registry import register as _register
 from shiftwatch.operators.state_codec import decode_state, encode_state
+from shiftwatch.records import BadInput, as_array, get_field
 
 if TYPE_CHECKING:
     import torch

@@ -32,9 +32,9 @@ from shiftwatch.operators.learners.torch_nets import (
     mlp,
     seeded_init,
 )
-from shiftwatch.operators.records import BadInput, DeadLetter, as_array, get_field
 from shiftwatch.operators.registry import create, register
 from shiftwatch.operators.state_codec import decode_state, encode_state
+from shiftwatch.records import BadInput, DeadLetter, as_array, get_field
 
 __all__ = ["HareTortoise", "METHODS"]
 

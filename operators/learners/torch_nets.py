@@ -53,7 +53,8 @@ _torch: Any = None
 #: :func:`seeded_init` block (reentrant, so blocks nest).
 TORCH_SETTINGS_LOCK = threading.RLock()
 
-INSTALL_HINT = "pip install -c constraints.txt -e '.[learners]'"
+INSTALL_HINT = ("pip install 'shiftwatch[learners]' (in a clone of the repository: "
+                "pip install -c constraints.txt -e '.[learners]')")
 
 
 def load_torch(who: str = "this operator") -> Any:

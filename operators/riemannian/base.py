@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shiftwatch.operators.records import BadInput
+from shiftwatch.records import BadInput
 
 __all__ = ["Manifold"]
 

@@ -9,8 +9,8 @@ import math
 import numpy as np
 from numba import njit
 
-from shiftwatch.operators.records import BadInput, as_array
 from shiftwatch.operators.riemannian.base import Manifold, as_f64, check_int
+from shiftwatch.records import BadInput, as_array
 
 __all__ = ["Grassmann"]
 

@@ -16,7 +16,6 @@ import numpy as np
 from numba import njit
 
 from shiftwatch.operators.drift_detector import RiverDriftDetector, refuse_text
-from shiftwatch.operators.records import BadInput
 from shiftwatch.operators.riemannian.base import Manifold
 from shiftwatch.operators.riemannian.grassmann import grassmann_dist, grassmann_step
 from shiftwatch.operators.riemannian.linalg import (
@@ -36,6 +35,7 @@ from shiftwatch.operators.riemannian.spd import (
     spd_retract,
 )
 from shiftwatch.operators.riemannian.sphere import sphere_dist, sphere_step
+from shiftwatch.records import BadInput
 
 __all__ = ["KarcherDetector", "calibrate_threshold", "THRESHOLD_MODES"]
 

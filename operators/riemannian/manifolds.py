@@ -11,7 +11,7 @@ arrays:
 
 Every class has ``log(point, base_point)``, ``exp(tangent_vec, base_point)``,
 ``retract(tangent_vec, base_point)``, ``dist(a, b)``, ``belongs(x)`` and ``validate(x)`` (which
-returns a float64 array or raises :class:`~shiftwatch.operators.records.BadInput` saying what is
+returns a float64 array or raises :class:`~shiftwatch.records.BadInput` saying what is
 wrong). The kernels are module-level functions named for what they compute (``spd_affine_log``,
 ``grassmann_dist``, ...) so that other kernels can call them. geomstats is the reference
 the tests compare them with.
@@ -29,11 +29,11 @@ True
 
 from __future__ import annotations
 
-from shiftwatch.operators.records import BadInput
 from shiftwatch.operators.riemannian.base import Manifold
 from shiftwatch.operators.riemannian.grassmann import Grassmann
 from shiftwatch.operators.riemannian.spd import SPD, SPD_METRICS
 from shiftwatch.operators.riemannian.sphere import Sphere
+from shiftwatch.records import BadInput
 
 __all__ = [
     "Manifold",

@@ -15,7 +15,6 @@ import numpy as np
 
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.locate import ValueWindow, mean_change_split
-from shiftwatch.operators.records import BadInput, DeadLetter, get_field, numeric_ts
 from shiftwatch.operators.registry import register
 from shiftwatch.operators.riemannian.karcher import (
     OVERFLOW_REASON,
@@ -23,6 +22,7 @@ from shiftwatch.operators.riemannian.karcher import (
     point_distances,
 )
 from shiftwatch.operators.sensitivity import Sensitivity
+from shiftwatch.records import BadInput, DeadLetter, get_field, numeric_ts
 
 __all__ = ["KarcherOperator"]
 

@@ -9,7 +9,6 @@ import math
 import numpy as np
 from numba import njit
 
-from shiftwatch.operators.records import MAX_ABS, BadInput, as_array
 from shiftwatch.operators.riemannian.base import Manifold, as_f64, check_int
 from shiftwatch.operators.riemannian.linalg import (
     FASTMATH_FMA,
@@ -25,6 +24,7 @@ from shiftwatch.operators.riemannian.linalg import (
     sym_logm,
     sym_sqrtm_pair,
 )
+from shiftwatch.records import MAX_ABS, BadInput, as_array
 
 __all__ = ["SPD", "SPD_METRICS", "MIN_EIGENVALUE", "MAX_EIGENVALUE", "MAX_CONDITION"]
 
@@ -302,7 +302,7 @@ class SPD(Manifold):
     >>> spd.validate([[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.records.BadInput: value is not positive definite (smallest eigenvalue -1)
+    shiftwatch.records.BadInput: value is not positive definite (smallest eigenvalue -1)
     """
 
     def __init__(self, n: int, metric: str = "affine"):

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.records import BadInput, as_array, get_field
 from shiftwatch.operators.registry import register
+from shiftwatch.records import BadInput, as_array, get_field
 
 __all__ = ["WindowCovariance", "WindowSubspace", "NormalizeSphere"]
 

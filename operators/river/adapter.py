@@ -20,15 +20,6 @@ import numpy as np
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.locate import LOCATE_KINDS, ValueWindow, locate_change
 from shiftwatch.operators.object_state import decode_object, encode_object
-from shiftwatch.operators.records import (
-    PASSTHROUGH_FIELDS,
-    BadInput,
-    DeadLetter,
-    as_array,
-    as_scalar,
-    get_field,
-    numeric_ts,
-)
 from shiftwatch.operators.registry import OperatorInfo, register_prefix
 from shiftwatch.operators.river.adwin_state import (
     adwin_doc,
@@ -39,6 +30,15 @@ from shiftwatch.operators.river.adwin_state import (
 )
 from shiftwatch.operators.sensitivity import RIVER_SENSITIVITY
 from shiftwatch.operators.state_codec import diff_state
+from shiftwatch.records import (
+    PASSTHROUGH_FIELDS,
+    BadInput,
+    DeadLetter,
+    as_array,
+    as_scalar,
+    get_field,
+    numeric_ts,
+)
 
 __all__ = ["RiverDetector", "river_detector_names"]
 
@@ -220,7 +220,7 @@ class RiverDetector(Operator):
     per coordinate and ``alarm`` is true when any coordinate alarms; ``statistic`` is then the
     list of per-coordinate statistics and ``coordinates`` lists the coordinates that alarmed.
     The first record fixes whether values are scalars or vectors of a given length; a later
-    record of another shape is rejected with :class:`~shiftwatch.operators.records.BadInput`, as are
+    record of another shape is rejected with :class:`~shiftwatch.records.BadInput`, as are
     NaN, non-numbers and missing fields, leaving the state unchanged.
 
     Detectors with a ``seed`` (KSWIN, DummyDriftDetector) are reproducible only when it is

@@ -49,6 +49,7 @@ the record that completes the burn-in (``change_at`` the latest, ``changes_at`` 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,8 +57,8 @@ import numpy as np
 
 from shiftwatch.operators.drift_detector import RiverDriftDetector, refuse_text
 from shiftwatch.operators.period import embed_params, progressive_period
-from shiftwatch.operators.records import BadInput
 from shiftwatch.operators.shape import kernels as K
+from shiftwatch.records import BadInput
 
 __all__ = ["ShapeDetector"]
 
@@ -169,9 +170,8 @@ class ShapeDetector(RiverDriftDetector):
         self._validate_params()
         self._reset()
 
-    _PARAMS = ("threshold", "block", "min_blocks", "confirm", "max_blocks", "burn_in",
-               "burn_in_min", "min_acf", "period", "span", "dmax", "channels", "feature",
-               "shrinkage", "refine", "p_min", "min_spread")
+    #: The constructor's parameters (the shape operator takes them too, and ``field``)
+    _PARAMS = tuple(inspect.signature(__init__).parameters)[1:]
 
     def _get_params(self) -> dict:
         return {k: getattr(self, k) for k in self._PARAMS}

@@ -7,14 +7,15 @@ One detector per key (``Keyed``); a scalar or vector ``value`` per record; alarm
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
-from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.records import BadInput, DeadLetter, as_array, get_field
+from shiftwatch.operators.contract import Operator, params_of
 from shiftwatch.operators.registry import register
 from shiftwatch.operators.sensitivity import Sensitivity
 from shiftwatch.operators.shape.detector import ShapeDetector, _num
+from shiftwatch.records import BadInput, DeadLetter, as_array, get_field
 
 __all__ = ["ShapeOperator"]
 
@@ -33,32 +34,16 @@ class ShapeOperator(Operator):
     input_kind = "number or vector (channels)"
     sensitivity = Sensitivity("threshold", more_alarms="smaller", low=1.0, high=100.0)
 
-    def __init__(self, threshold: float = 6.0, block: float = 2.0, min_blocks: int = 3,
-                 confirm: int = 1, max_blocks: int = 50, burn_in: int = 384,
-                 burn_in_min: int = 64, min_acf: float = 0.3, period: int | str = "auto",
-                 span: float = 1.0, dmax: int = 16, channels: str = "joint",
-                 feature: str = "cov", shrinkage: float = 0.05, refine: bool = True,
-                 p_min: int = 4, min_spread: float = 0.01, field: str = "value"):
-        self.threshold = threshold
-        self.block = block
-        self.min_blocks = min_blocks
-        self.confirm = confirm
-        self.max_blocks = max_blocks
-        self.burn_in = burn_in
-        self.burn_in_min = burn_in_min
-        self.min_acf = min_acf
-        self.period = period
-        self.span = span
-        self.dmax = dmax
-        self.channels = channels
-        self.feature = feature
-        self.shrinkage = shrinkage
-        self.refine = refine
-        self.p_min = p_min
-        self.min_spread = min_spread
-        self.field = field
+    #: The operator takes :class:`ShapeDetector`'s parameters (defined there once) and
+    #: ``field`` (see :func:`~shiftwatch.operators.contract.params_of`).
+    params_from = "shiftwatch.operators.shape.detector.ShapeDetector"
+
+    def _init(self, *args: Any, field: str = "value", **params: Any) -> None:
         self._validate_params()
         self._reset()
+
+    __init__ = params_of(ShapeDetector, _init)
+    del _init
 
     def _detector_params(self) -> dict:
         p = self._get_params()

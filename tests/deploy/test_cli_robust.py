@@ -238,7 +238,7 @@ class _Failing:
 def test_calibrate_a_source_raising_bad_input_is_one_line_naming_the_record(tmp_path, capsys,
                                                                             monkeypatch):
     import shiftwatch.streams
-    from shiftwatch.operators.records import BadInput
+    from shiftwatch.records import BadInput
 
     monkeypatch.setattr(shiftwatch.streams, "open_source",
                         lambda spec, **kw: _Failing(BadInput("value has 5000 digits")))

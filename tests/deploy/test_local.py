@@ -6,8 +6,8 @@ import pytest
 from shiftwatch.deploy import Pipeline
 from shiftwatch.operators import create
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.records import BadInput, DeadLetter
 from shiftwatch.operators.transforms import Standardize
+from shiftwatch.records import BadInput, DeadLetter
 
 
 class Collect:

@@ -23,7 +23,7 @@ from shiftwatch.deploy.observability import (
 )
 from shiftwatch.deploy.pipeline import PipelineError, parse_pipeline
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.records import BadInput, DeadLetter
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "shiftwatch.json"
@@ -485,7 +485,7 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(monkeypatch):
 
 
 def test_metrics_host_defaults_to_loopback_for_replay_and_overrides_run(tmp_path, monkeypatch):
-    from shiftwatch.deploy.kafka import stage as kafka_stage
+    from shiftwatch.deploy.kafka import run as kafka_run
 
     bound = []
     original = MetricsServer.start
@@ -505,7 +505,7 @@ def test_metrics_host_defaults_to_loopback_for_replay_and_overrides_run(tmp_path
     assert bound == ["127.0.0.1", "0.0.0.0"]
 
     seen = []
-    monkeypatch.setattr(kafka_stage, "run_pipeline",
+    monkeypatch.setattr(kafka_run, "run_pipeline",
                         lambda config, **kw: seen.append(config.metrics["address"]) or 0)
     pipeline = ROOT / "deploy" / "examples" / "sensors.yaml"
     assert main(["run", str(pipeline)]) == 0

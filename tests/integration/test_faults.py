@@ -23,8 +23,8 @@ from kafka_helpers import (
 )
 
 from shiftwatch.deploy.cli import main
+from shiftwatch.deploy.dedupe import dedupe
 from shiftwatch.deploy.kafka.changelog import encode_group, encode_marker
-from shiftwatch.deploy.kafka.dedupe import dedupe
 
 N = 100
 HOSTILE_AT = 50

@@ -19,7 +19,7 @@ from kafka_helpers import (
 )
 
 from shiftwatch.deploy.kafka.changelog import LEGACY, encode_entry, encode_marker, restore
-from shiftwatch.deploy.kafka.stage import run_pipeline
+from shiftwatch.deploy.kafka.run import run_pipeline
 from shiftwatch.deploy.pipeline import load_pipeline
 from shiftwatch.operators.state_codec import dumps_state, loads_state
 

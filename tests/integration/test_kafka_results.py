@@ -28,8 +28,8 @@ from kafka_helpers import (
 )
 
 from shiftwatch.deploy.cli import main
+from shiftwatch.deploy.dedupe import coordinates, dedupe
 from shiftwatch.deploy.kafka.consume import ALARM_COLUMNS, OUTPUT_COLUMNS
-from shiftwatch.deploy.kafka.dedupe import coordinates, dedupe
 from shiftwatch.operators import create
 
 #: the stage's crash, restart and checkpoint guarantees, on each Kafka client

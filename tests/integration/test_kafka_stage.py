@@ -27,9 +27,9 @@ from kafka_helpers import (
 )
 
 from shiftwatch.deploy.cli import main
+from shiftwatch.deploy.dedupe import dedupe
 from shiftwatch.deploy.kafka.changelog import encode_entry, restore
-from shiftwatch.deploy.kafka.dedupe import dedupe
-from shiftwatch.deploy.kafka.stage import run_pipeline
+from shiftwatch.deploy.kafka.run import run_pipeline
 from shiftwatch.deploy.pipeline import load_pipeline
 from shiftwatch.operators.state_codec import dumps_state, loads_state
 

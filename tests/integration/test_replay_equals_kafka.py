@@ -24,7 +24,7 @@ from kafka_helpers import (
 )
 
 from shiftwatch.deploy.cli import main
-from shiftwatch.deploy.kafka.stage import run_pipeline
+from shiftwatch.deploy.kafka.run import run_pipeline
 from shiftwatch.deploy.pipeline import load_pipeline
 
 # The offset is the only field whose value differs (file position vs partition offset); it is

@@ -12,8 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
-from shiftwatch.deploy.kafka.checkpoint import state_bytes
-from shiftwatch.operators.codec import (
+from shiftwatch.codec import (
     _ENCODER,
     decode_record,
     dumps_record,
@@ -21,8 +20,9 @@ from shiftwatch.operators.codec import (
     jsonable,
     parse_object,
 )
-from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.deploy.kafka.checkpoint import state_bytes
 from shiftwatch.operators.state_codec import dumps_state, loads_state
+from shiftwatch.records import BadInput, DeadLetter
 
 
 def reference_dumps(record):

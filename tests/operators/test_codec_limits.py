@@ -9,15 +9,15 @@ import json
 
 import pytest
 
-from shiftwatch.operators import codec
-from shiftwatch.operators.codec import (
+from shiftwatch import codec
+from shiftwatch.codec import (
     MAX_DEPTH,
     MAX_DIGITS,
     MAX_MESSAGE_BYTES,
     decode_record,
     parse_object,
 )
-from shiftwatch.operators.records import BadInput
+from shiftwatch.records import BadInput
 
 
 def both(text: str) -> list:

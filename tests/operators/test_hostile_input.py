@@ -34,17 +34,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shiftwatch.deploy.executor import StageExecutor
-from shiftwatch.operators.codec import (
+from shiftwatch.codec import (
     MAX_DEPTH,
     decode_record,
     encode_record,
     parse_object,
 )
+from shiftwatch.deploy.executor import StageExecutor
 from shiftwatch.operators.keyed import Keyed
-from shiftwatch.operators.records import BadInput, DeadLetter, as_scalar
 from shiftwatch.operators.registry import create, registered_names, resolve
 from shiftwatch.operators.state_codec import dumps_state, loads_state
+from shiftwatch.records import BadInput, DeadLetter, as_scalar
 
 LEARNERS = {"hare-tortoise", "cila"}
 FAST = settings(max_examples=10, deadline=None, database=None,

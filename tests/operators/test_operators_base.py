@@ -13,9 +13,9 @@ import pytest
 import shiftwatch.operators.registry
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.keyed import Keyed
-from shiftwatch.operators.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 from shiftwatch.operators.registry import create, list_operators, register, registered_names
 from shiftwatch.operators.state_codec import decode_state, dumps_state, encode_state, loads_state
+from shiftwatch.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 
 # ---- codec ---------------------------------------------------------------------------
 
@@ -205,7 +205,7 @@ def test_as_array_edge_cases():
 
 def test_every_public_name_of_the_operator_modules_imports():
     # The packages' own __all__ are checked in tests/test_package_exports.py.
-    for module in ["shiftwatch.operators.records", "shiftwatch.operators.state_codec",
+    for module in ["shiftwatch.records", "shiftwatch.operators.state_codec",
                    "shiftwatch.operators.contract", "shiftwatch.operators.registry",
                    "shiftwatch.operators.keyed", "shiftwatch.operators.with_input",
                    "shiftwatch.operators.source_info",

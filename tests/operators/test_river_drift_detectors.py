@@ -14,9 +14,9 @@ from river.datasets import synth
 
 from shiftwatch.operators.confseq.detector import ConfSeqDetector
 from shiftwatch.operators.drift_detector import NotANumber
-from shiftwatch.operators.records import BadInput
 from shiftwatch.operators.riemannian.karcher import KarcherDetector
 from shiftwatch.operators.shape.detector import ShapeDetector
+from shiftwatch.records import BadInput
 from shiftwatch.streams.synthetic import WishartSPDStream
 
 DETECTORS = {

@@ -62,7 +62,7 @@ def _replay(capsys, tmp_path, *extra, broken=()):
 
 def test_the_alarmed_keys_come_first_in_report_html_and_the_pngs(tmp_path, capsys,
                                                                   monkeypatch):
-    import shiftwatch.sinks.evaluation as evaluation
+    import shiftwatch.sinks.panels as evaluation
 
     figures = {}
     for name in ("plot_series", "plot_statistic"):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shiftwatch import sinks
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.records import DeadLetter
 from shiftwatch.sinks import (
     ConsoleAlarmSink,
     CsvSink,

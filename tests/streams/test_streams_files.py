@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.records import DeadLetter
 from shiftwatch.streams.files import CsvSource, JsonlSource, parse_ts
 
 

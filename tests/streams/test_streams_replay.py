@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from shiftwatch import streams
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.records import DeadLetter
 from shiftwatch.streams import (
     BetaStream,
     CsvSource,

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from shiftwatch.operators.records import DeadLetter
+from shiftwatch.records import DeadLetter
 from shiftwatch.streams.river_data import (
     RiverDatasetSource,
     RiverDriftSource,

@@ -11,7 +11,7 @@ import pytest
 
 from shiftwatch.operators import Keyed, create, dumps_state, loads_state
 from shiftwatch.operators.confseq.fleet import ConfSeqFleet, fleet_eligible
-from shiftwatch.operators.records import BadInput, DeadLetter
+from shiftwatch.records import BadInput, DeadLetter
 
 PARAMS = [{}, {"sigma": 1.0}, {"alpha": 0.05, "burn_in": 10}, {"locate": False},
           {"scale": "marginal"}, {"alpha": 0.05, "burn_in_effective": 12, "burn_in_max": 90},

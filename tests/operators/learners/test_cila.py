@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from shiftwatch.operators import create, dumps_state, loads_state  # noqa: E402
 from shiftwatch.operators.learners.cila import CILA, adaptive_lambda  # noqa: E402
 from shiftwatch.operators.learners.cila_losses import asymmetric_supcon, relation_distillation  # noqa: E402
-from shiftwatch.operators.records import BadInput  # noqa: E402
+from shiftwatch.records import BadInput  # noqa: E402
 
 SMALL = {"buffer_size": 12, "batch_size": 8, "hidden_sizes": [16], "embedding_dim": 8,
          "projection_dim": 8, "probe_epochs": 10, "seed": 3}

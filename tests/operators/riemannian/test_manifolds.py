@@ -13,7 +13,6 @@ from geomstats.geometry.spd_matrices import (
     SPDMatrices,
 )
 
-from shiftwatch.operators.records import BadInput
 from shiftwatch.operators.riemannian.grassmann import Grassmann
 from shiftwatch.operators.riemannian.linalg import (
     cholesky_inplace,
@@ -31,6 +30,7 @@ from shiftwatch.operators.riemannian.spd import (
     spd_affine_step_inplace,
 )
 from shiftwatch.operators.riemannian.sphere import Sphere
+from shiftwatch.records import BadInput
 
 GEOMSTATS_METRIC = {"affine": SPDAffineMetric, "log-euclidean": SPDLogEuclideanMetric,
                     "bures-wasserstein": SPDBuresWassersteinMetric}

@@ -7,11 +7,11 @@ import pytest
 from geomstats.geometry.spd_matrices import SPDAffineMetric, SPDMatrices
 
 from shiftwatch.operators import create
-from shiftwatch.operators.records import BadInput, DeadLetter
 from shiftwatch.operators.riemannian.grassmann import Grassmann
 from shiftwatch.operators.riemannian.karcher import KarcherDetector, calibrate_threshold
 from shiftwatch.operators.riemannian.spd import SPD, spd_affine_dist, spd_affine_step
 from shiftwatch.operators.state_codec import dumps_state, loads_state
+from shiftwatch.records import BadInput, DeadLetter
 from shiftwatch.streams.synthetic import GrassmannStream, WishartSPDStream
 
 

@@ -158,7 +158,7 @@ def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS) -> floa
     >>> as_scalar(float("nan"))
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.records.BadInput: value is not finite: nan
+    shiftwatch.records.BadInput: value is not finite: nan
     >>> try:
     ...     as_scalar(-1e300)
     ... except BadInput as exc:
@@ -209,7 +209,7 @@ def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
     >>> as_array([[1, 2]], shape=(2, 2))
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.records.BadInput: value has shape (1, 2), expected (2, 2)
+    shiftwatch.records.BadInput: value has shape (1, 2), expected (2, 2)
     """
     try:
         arr = np.asarray(value, dtype=np.float64)

@@ -1,6 +1,6 @@
 """Bytes <-> records: the one decoding of a JSON message and the one encoding of an output.
 
-Ground floor, like :mod:`shiftwatch.operators.records` (the only shiftwatch module it imports),
+Ground floor, like :mod:`shiftwatch.records` (the only shiftwatch module it imports),
 so sources (:mod:`shiftwatch.streams`), sinks and the runtime all decode and encode the same way:
 
 * :func:`parse_object` -- JSON text or bytes -> a mapping, or :class:`BadInput` saying why not
@@ -28,7 +28,7 @@ and what would make a parser crash or stall:
   round-trip, an int64 19, a UUID read as an integer 39. Python refuses to convert integers of
   more than 4,300 digits (``ValueError``: converting them takes quadratic time), and an integer
   of more than 100 digits is beyond the magnitudes operators accept anyway
-  (:data:`~shiftwatch.operators.records.MAX_ABS`, 1e150).
+  (:data:`~shiftwatch.records.MAX_ABS`, 1e150).
 
 Messages within the limits take the same path as before: orjson, or the standard library for
 what orjson does not read exactly; checking the limits costs a length test and, for messages
@@ -60,7 +60,7 @@ try:  # a faster parser and encoder for the hot path; the standard library decid
 except ImportError:  # pragma: no cover - orjson is a dependency; kept optional for vendoring
     _fast_loads = _fast_dumps = None
 
-from shiftwatch.operators.records import (
+from shiftwatch.records import (
     MAX_ABS,
     BadInput,
     DeadLetter,
@@ -168,12 +168,12 @@ def parse_object(data: bytes | bytearray | str | None) -> dict:
     >>> parse_object('{oops')
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.records.BadInput: invalid JSON: Expecting property name enclosed in \
+    shiftwatch.records.BadInput: invalid JSON: Expecting property name enclosed in \
 double quotes at column 2
     >>> parse_object("[1, 2]")
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.records.BadInput: record is a JSON list, not an object
+    shiftwatch.records.BadInput: record is a JSON list, not an object
     """
     if type(data) is not bytes:
         if data is None:
@@ -214,7 +214,7 @@ def as_value(raw: Any, name: str = "value") -> float | list:
     >>> as_value(float("nan"), "temp")
     Traceback (most recent call last):
     ...
-    shiftwatch.operators.records.BadInput: temp is not finite: nan
+    shiftwatch.records.BadInput: temp is not finite: nan
     """
     if isinstance(raw, list):
         return as_array(raw, name=name).tolist()
