@@ -284,15 +284,52 @@ def _print_scores(report: dict) -> None:
               "detections, false alarms and missed changes)")
     if report.get("annotations") is None and "accuracy" not in agg:
         return  # no truth to score against
-    keys = [k for k in ("f1", "f1_1pct", "precision", "recall", "covering", "mean_delay",
-                        "false_alarms", "missed", "located_f1", "located_f1_1pct",
-                        "located_covering", "location_error", "accuracy")
-            if agg.get(k) is not None]
-    if keys:
+    for line in score_lines(agg, report.get("margin", 5)):
+        print(line)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def score_lines(agg: dict, margin: int = 5) -> list[str]:
+    """The console's score lines: each group of figures with the rule that matched it
+    (``sinks.scoring.scoring_rules`` in words) and the keys it is taken over."""
+
+    def some(*names: str) -> list[tuple[str, Any]]:
+        return [(n, agg[n]) for n in names if agg.get(n) is not None]
+
+    lines = []
+    if agg.get("f1") is not None:
         over = agg.get("labelled_keys")
-        print("scores" + (f" (over the {over} labelled of {agg['keys']} keys)"
-                          if over is not None and over < agg["keys"] else "") + ": " + ", ".join(
-            f"{k} {agg[k]:.3f}" if isinstance(agg[k], float) else f"{k} {agg[k]}" for k in keys))
+        lines.append(f"scores over the {over} labelled of {agg['keys']} keys (means over keys; "
+                     "a key labelled [] without alarms scores 1.0, TCPD's convention):")
+        margin_part = ", ".join(f"{n} {_fmt(v)}" for n, v in some("f1", "precision", "recall"))
+        extra = ", ".join(f"{label} {_fmt(agg[n])}" for n, label in
+                          (("f1_1pct", "f1 at margin 1% of n"), ("covering", "covering"))
+                          if agg.get(n) is not None)
+        lines.append(f"  margin rule (an alarm within {margin} records of a change matches "
+                     f"it): {margin_part}" + (f"; {extra}" if extra else ""))
+        if agg.get("changes") is not None:
+            delay = (f"{agg['detected']} of {agg['changes']} changes detected, "
+                     f"{agg['missed']} missed, {agg['false_alarms']} false alarms")
+            if agg.get("mean_delay") is not None:
+                delay += f", mean delay {_fmt(agg['mean_delay'])}"
+            if agg.get("average_run_length") is not None:
+                delay += f", average run length {_fmt(agg['average_run_length'])}"
+            lines.append("  delay rule (the first alarm after a change detects it, at any "
+                         f"delay; every other alarm is false): {delay}")
+        located = [(label, agg[n]) for n, label in (
+            ("located_f1", "f1"), ("located_f1_1pct", "f1 at margin 1% of n"),
+            ("located_covering", "covering"), ("location_error", "mean error"))
+            if agg.get(n) is not None]
+        if located:
+            lines.append("  located changes (change_at), margin rule: "
+                         + ", ".join(f"{label} {_fmt(v)}" for label, v in located))
+    if agg.get("accuracy") is not None:
+        lines.append("scores: " + ", ".join(f"{n} {_fmt(v)}" for n, v in
+                                            some("accuracy", "forgetting", "average_accuracy")))
+    return lines
 
 
 def cmd_operators(args: argparse.Namespace) -> int:

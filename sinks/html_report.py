@@ -220,7 +220,8 @@ def render_html_report(report: Mapping, keys: Iterable[Mapping],
            "keys": agg.get("n_keys", summary.get("keys")), "listed": len(payload),
            "labelled": bool((summary.get("labelled_keys") or 0) > 0),
            "points": {"tiers": [list(t) for t in TIERS], "other": small}}
-    doc = {"run": run, "summary": summary, "parameters": dict(parameters or {}),
+    doc = {"run": run, "summary": summary, "labels": summary_labels(report.get("margin") or 5),
+           "rules": report.get("rules") or {}, "parameters": dict(parameters or {}),
            "operators": report.get("operators") or [],
            "dead_letters": report.get("dead_letters") or {},
            "labels_beyond_end": report.get("labels_beyond_end"),
@@ -228,6 +229,30 @@ def render_html_report(report: Mapping, keys: Iterable[Mapping],
     data = json.dumps(doc, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
     title = html.escape(f"shiftwatch: {report.get('name') or 'run'}")
     return _PAGE.replace("__TITLE__", title).replace("__DATA__", data)
+
+
+def summary_labels(margin: int) -> dict[str, str]:
+    """How report.html names each summary figure: with the rule that matched it
+    (:func:`~shiftwatch.sinks.scoring.scoring_rules`) and the keys it is taken over."""
+    m = f"margin rule, {margin} records"
+    return {
+        "labelled_keys": "labelled keys (the scores below are taken over them)",
+        "f1": f"f1 ({m}; mean over labelled keys)",
+        "precision": f"precision ({m})",
+        "recall": f"recall ({m}; a key labelled [] without alarms: 1, TCPD's convention)",
+        "f1_1pct": "f1 (margin rule, int(0.01 n) records)",
+        "covering": "covering (mean over labelled keys)",
+        "changes": "labelled changes (delay rule)",
+        "detected": "detected (delay rule: the first alarm after a change, at any delay)",
+        "missed": "missed (delay rule)",
+        "false_alarms": "false alarms (delay rule: every alarm that detects no change)",
+        "mean_delay": "mean delay (delay rule)",
+        "average_run_length": "average run length (delay rule)",
+        "located_f1": f"located f1 (change_at, {m})",
+        "located_f1_1pct": "located f1 (change_at, margin rule, int(0.01 n) records)",
+        "located_covering": "located covering (change_at)",
+        "location_error": "location error (change_at to the nearest labelled change)",
+    }
 
 
 _PAGE = """<!DOCTYPE html>
@@ -537,8 +562,9 @@ const COLUMNS = [
   ["records", k => k.n], ["alarms", k => k.a, null, "a"],
   ["first alarm (position \\u00b7 time)", k => firstAt(k, "alarms"), k => cellAt(k, "alarms")],
   ["first located change", k => firstAt(k, "located"), k => cellAt(k, "located")]];
-if (LAB) [["f1", "f1"], ["precision", "precision"], ["recall", "recall"],
-  ["mean delay", "mean_delay"], ["false alarms", "false_alarms"], ["missed", "missed"]].forEach(
+if (LAB) [["f1 (margin " + D.run.margin + ")", "f1"], ["precision", "precision"],
+  ["recall", "recall"], ["mean delay (delay rule)", "mean_delay"],
+  ["false alarms (delay rule)", "false_alarms"], ["missed (delay rule)", "missed"]].forEach(
   ([h, f]) => COLUMNS.push([h, k => k.scores ? k.scores[f] : null]));
 if (ACC) COLUMNS.push(["accuracy", k => k.accuracy === undefined ? null : k.accuracy]);
 const order = D.keys.map((_, i) => i);
@@ -626,7 +652,8 @@ document.getElementById("keysnote").textContent = note.join(" ");
 // ---- the run ----
 const run = D.run, S = D.summary, runRows = [["name", run.name], ["operator", run.operator],
   ["labels", run.annotations || "none"], ["F1 margin", run.margin]];
-Object.entries(S).forEach(([k, v]) => runRows.push([k.replace(/_/g, " "), v]));
+Object.entries(S).forEach(([k, v]) => runRows.push([D.labels[k] || k.replace(/_/g, " "), v]));
+Object.entries(D.rules).forEach(([k, v]) => runRows.push(["rule: " + k.replace(/_/g, " "), v]));
 if (!run.labelled && S.alarms !== undefined) runRows.push(["scores", "none: no labels " +
   "(give --labels to score alarms as detections, false alarms and missed changes)"]);
 if (D.labels_beyond_end) runRows.push(["labels past the end", D.labels_beyond_end.count +

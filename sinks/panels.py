@@ -187,7 +187,7 @@ class KeyViews:
         if fleet.has_detector[k]:
             data["alarms"] = fleet.alarms_of(k).tolist()
             data["alarm_ts"] = fleet.ts_at(k, data["alarms"][:1]).tolist()
-            if fleet.locates[k]:
+            if fleet.locates.any():
                 data["located"] = fleet.located_of(k).tolist()
         return data
 

@@ -22,7 +22,12 @@ from shiftwatch.codec import encode_record, jsonable, key_text
 from shiftwatch.sinks.fleet import Fleet
 from shiftwatch.sinks.labels import LabelPlan, plan_labels
 from shiftwatch.sinks.learner_scores import learner_metrics
-from shiftwatch.sinks.scoring import DetectorPool, evaluate_detector, evaluate_locations
+from shiftwatch.sinks.scoring import (
+    DetectorPool,
+    evaluate_detector,
+    evaluate_locations,
+    scoring_rules,
+)
 
 __all__ = ["ReportBuilder", "LISTED"]
 
@@ -53,7 +58,10 @@ class ReportBuilder:
         n_list = fleet.n.tolist()
         n_out = fleet.n_out.tolist()
         has_det = fleet.has_detector.tolist()
-        locates = fleet.locates.tolist()
+        # A run whose detector locates changes scores every labelled key's located changes,
+        # a key that never alarmed as the no-alarm row (none located), like its alarms.
+        run_locates = bool(fleet.locates.any())
+        locates = [run_locates] * len(keys)
         unmatched = fleet.unmatched.tolist()
         unmatched_loc = fleet.unmatched_locations.tolist()
         a_start, a_count = fleet.a_start.tolist(), fleet.a_count.tolist()
@@ -117,8 +125,8 @@ class ReportBuilder:
             pool.add(det, weight)
         pool.add_unlabelled(int(unlabelled.sum()), int(fleet.a_count[unlabelled].sum()),
                             int((fleet.a_count[unlabelled] > 0).sum()),
-                            int(fleet.locates[unlabelled].sum()),
-                            int(fleet.l_count[unlabelled & fleet.locates].sum()))
+                            int(unlabelled.sum()) if run_locates else 0,
+                            int(fleet.l_count[unlabelled].sum()) if run_locates else 0)
         self._learner_scores = entries
         aggregate: dict[str, Any] = {"n_keys": len(keys), "n_records": total_records}
         if fleet.has_detector.any():
@@ -134,6 +142,7 @@ class ReportBuilder:
             "operators": self._describe_operators(),
             "margin": self.margin,
             "annotations": self._mode,
+            "rules": scoring_rules(self.margin) if fleet.has_detector.any() else None,
             "summary": _headline(aggregate),
             "aggregate": aggregate,
         }
@@ -262,6 +271,8 @@ def _headline(aggregate: dict) -> dict:
                 precision=det["precision"],
                 recall=det["recall"],
                 covering=det["covering"],
+                changes=d["n_changes"],
+                detected=d["n_detected"],
                 mean_delay=d["mean_delay"],
                 false_alarms=d["n_false_alarms"],
                 missed=d["n_missed"],

@@ -19,7 +19,39 @@ from shiftwatch.sinks.metrics import (
 )
 
 __all__ = ["merge_change_points", "evaluate_detector", "evaluate_locations", "located_positions",
-           "pool_detectors", "DetectorPool"]
+           "pool_detectors", "DetectorPool", "scoring_rules"]
+
+
+def scoring_rules(margin: int = 5) -> dict[str, str]:
+    """The matching rule behind each score, in words (``report.json``'s ``rules``; the console
+    and ``report.html`` print them beside the scores).
+
+    Two rules score alarms, and both are reported so that neither hides the other: the TCPD
+    margin rule (F1, precision, recall: an alarm more than ``margin`` records after a change
+    is a false positive and the change a miss) and the delay rule (detections, delays, false
+    alarms, missed changes: the first alarm after a change detects it, however late).
+    """
+    return {
+        "f1": f"TCPD F1 at margin {margin} (van den Burg & Williams 2020): an alarm within "
+              f"{margin} records of a labelled change matches it (each change at most once, "
+              "by the closest alarm); position 0 counts as a change point of both sets, so a "
+              "key labelled [] with no alarm scores precision = recall = F1 = 1; recall is "
+              "the mean over annotators. precision and recall follow the same rule",
+        "f1_1pct": "the same F1 at a margin of int(0.01 * n) records (TSSB / ClaSS)",
+        "covering": "segment covering (TCPD): the labelled segments' best Jaccard overlap "
+                    "with the segments the alarms cut, weighted by length",
+        "detection": "the delay rule: the first alarm at or after a labelled change and "
+                     "before the next one detects it, at any delay (mean_delay); every other "
+                     "alarm is a false alarm; a change without one is missed; "
+                     "average_run_length = no-change records / false alarms",
+        "location": "the same F1, covering and rules, of the located changes (change_at) "
+                    "instead of the alarms; location_error: mean distance of a located change "
+                    "to the nearest labelled one; a labelled key with no alarm has none located",
+        "over_keys": "f1, f1_1pct, precision, recall and covering are means over the "
+                     "labelled keys, each key weighing the same (TCPDBench averages over "
+                     "series); detections, delays, false alarms and missed changes are pooled "
+                     "over the labelled keys; alarms are counted over every key",
+    }
 
 
 def merge_change_points(
@@ -299,7 +331,17 @@ class DetectorPool:
                 "mean_abs_error": self.error_sum / self.n_errors if self.n_errors else None,
             }
         fa = self.n_false_alarms
+        taken_over = {
+            "alarms": f"every key with detector outputs ({self.n_series})",
+            "scores": f"mean over the {self.n_annotated} labelled keys",
+            "detection": f"pooled over the {self.n_annotated} labelled keys",
+        }
+        if location is not None:
+            location["n_keys"] = self._loc_counts["f1"]
+            taken_over["location"] = (f"mean over the {self._loc_counts['f1']} labelled keys "
+                                      "(a key without alarms: no located change)")
         return {
+            "taken_over": taken_over,
             "location": location,
             "n_series": self.n_series,
             "n_annotated": self.n_annotated,

@@ -380,7 +380,8 @@ class ShapeDetector(RiverDriftDetector):
                         change[i - 1] = found[-1]
                         if len(found) > 1:
                             extra[i - 1] = found
-                    stat[i - 1] = st[-1]
+                    # an alarm carries the Z that crossed (see kernels.shape_run)
+                    stat[i - 1] = st[a == 1][-1] if found else st[-1]
                     self._burn = np.zeros((0, self._c))
         if i < T and self._P:
             a, ch, st = self._run(arr[i:])

@@ -222,7 +222,8 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
               gauss, refine, min_spread, ref_half, ref_min, alarm_out, change_out, stat_out):
     """Advance the detector over the rows of ``xs`` (T, c), already standardised.
 
-    Writes, per row, alarm (0/1), change_at (-1 if none) and the last scan statistic Z.
+    Writes, per row, alarm (0/1), change_at (-1 if none) and the last scan statistic Z (at an
+    alarm, the Z of the crossing it reports: above ``h`` even when later scans fell back).
     ``ref_half`` / ``ref_min``: reach of the record-level refinement around the chosen block
     boundary and the least side, in blocks."""
     R = ring.shape[0]
@@ -296,5 +297,7 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                         ist[NF] = keep
                         ist[FBLOCK0] = first
                         ist[T0] = -1
-        stat_out[t] = fst[LAST_Z]
+        # an alarm reports the Z that crossed the threshold (the crossing whose split it
+        # located), decided up to ``confirm`` blocks later; other rows the last scan's Z
+        stat_out[t] = fst[CUR_Z] if alarm_out[t] else fst[LAST_Z]
         ist[POS] = p + 1

@@ -24,8 +24,9 @@ __all__ = ["ShapeOperator"]
 class ShapeOperator(Operator):
     """Shape-change detection: alarms when the shape, period or correlation of a stream changes.
 
-    Outputs carry ``alarm``, ``statistic`` (the last scan Z) and ``threshold``; an alarm
-    carries ``change_at`` (position of the first changed record in the key's stream, the
+    Outputs carry ``alarm``, ``statistic`` (the last scan Z; at an alarm, the Z that crossed
+    ``threshold``, decided up to ``confirm`` blocks after the crossing) and ``threshold``; an
+    alarm carries ``change_at`` (position of the first changed record in the key's stream, the
     operator's count of accepted records) and ``change_ts`` when the record at that position
     had a numeric ``ts`` and is among the last ``TS_MEMORY`` records. Parameters are those of
     :class:`ShapeDetector` plus ``field``.
