@@ -14,12 +14,13 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from shiftwatch.deploy.console import print_failed, print_scores
 from shiftwatch.deploy.errors import UserError
 
 __all__ = ["main", "parse_params", "load_labels"]
@@ -187,6 +188,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     annotations = getattr(source, "annotations", None)
     if args.labels:
         annotations = load_labels(args.labels, getattr(source, "name", None))
+        _check_label_keys(annotations, args, source_opts)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     op_label = " -> ".join(s["name"] for s in args.stages)
@@ -234,7 +236,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             reasons = ", ".join(f"{n} x {r}" for r, n in sorted(
                 summary.dead_letter_reasons.items(), key=lambda kv: -kv[1]))
             print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
-    _print_scores(getattr(evaluation, "report", None) or {})
+    print_scores(getattr(evaluation, "report", None) or {})
     done = set(evaluation.written) | ({str(outputs.path)} if outputs.written else set())
     written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "keys.jsonl",
                                 out / "report.html") if str(p) in done]
@@ -247,89 +249,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if sink.error is not None:
             failed[str(sink.path)] = sink.error
     failed.update(evaluation.failed)
-    if _print_failed(failed, stopped):
+    if print_failed(failed, stopped):
         return EXIT_USAGE
     return 130 if summary is not None and summary.interrupted else 0
 
 
-def _print_failed(failed: dict[str, str], stopped: Exception | None = None) -> bool:
-    """One line on stderr per file that could not be written; whether there was any."""
-    first = next(iter(getattr(stopped, "failed", {})), None)
-    for path, reason in failed.items():
-        notes = [*(["the run stopped there"] if path == first else []),
-                 *(["the file there is from before"] if os.path.exists(path) else [])]
-        print(f"shiftwatch: error: cannot write {path}: {reason}"
-              + (f" ({'; '.join(notes)})" if notes else ""), file=sys.stderr)
-    return bool(failed)
+def _check_label_keys(annotations: Any, args: argparse.Namespace, source_opts: dict) -> None:
+    """A labels file that names keys is checked against the keys of a file source before the
+    operators run (one pass over the file's keys), not after the whole replay."""
+    from shiftwatch.codec import key_text
+    from shiftwatch.sinks.labels import EVERY_KEY, LabelsError, plan_labels
+    from shiftwatch.streams import open_source
 
-
-def _print_scores(report: dict) -> None:
-    from shiftwatch.sinks.key_label import key_label
-
-    agg = report.get("summary") or {}
-    beyond = report.get("labels_beyond_end")
-    if beyond:  # most likely labels counted in file lines, not in each key's positions
-        first = beyond["first"][0]
-        more = beyond["count"] - len(first["labels"][:3])
-        print(f"shiftwatch: warning: {beyond['count']} label{'' if beyond['count'] == 1 else 's'}"
-              f" past the end of {'its' if beyond['count'] == 1 else 'their'} key's stream "
-              f"count as missed: key {key_label(first['key'])} label "
-              f"{', '.join(map(str, first['labels'][:3]))} ({first['n_records']} record"
-              f"{'' if first['n_records'] == 1 else 's'})"
-              f"{f' and {more} more' if more > 0 else ''}; labels are positions in each key's "
-              "own stream (report.json: labels_beyond_end)", file=sys.stderr)
-    if "alarms" in agg and not agg.get("labelled_keys"):
-        print(f"scores: none (no labels): {agg['alarms']} alarms on {agg['keys_with_alarms']} "
-              f"of {agg['keys']} keys, not scored as true or false (give --labels to count "
-              "detections, false alarms and missed changes)")
-    if report.get("annotations") is None and "accuracy" not in agg:
-        return  # no truth to score against
-    for line in score_lines(agg, report.get("margin", 5)):
-        print(line)
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
-def score_lines(agg: dict, margin: int = 5) -> list[str]:
-    """The console's score lines: each group of figures with the rule that matched it
-    (``sinks.scoring.scoring_rules`` in words) and the keys it is taken over."""
-
-    def some(*names: str) -> list[tuple[str, Any]]:
-        return [(n, agg[n]) for n in names if agg.get(n) is not None]
-
-    lines = []
-    if agg.get("f1") is not None:
-        over = agg.get("labelled_keys")
-        lines.append(f"scores over the {over} labelled of {agg['keys']} keys (means over keys; "
-                     "a key labelled [] without alarms scores 1.0, TCPD's convention):")
-        margin_part = ", ".join(f"{n} {_fmt(v)}" for n, v in some("f1", "precision", "recall"))
-        extra = ", ".join(f"{label} {_fmt(agg[n])}" for n, label in
-                          (("f1_1pct", "f1 at margin 1% of n"), ("covering", "covering"))
-                          if agg.get(n) is not None)
-        lines.append(f"  margin rule (an alarm within {margin} records of a change matches "
-                     f"it): {margin_part}" + (f"; {extra}" if extra else ""))
-        if agg.get("changes") is not None:
-            delay = (f"{agg['detected']} of {agg['changes']} changes detected, "
-                     f"{agg['missed']} missed, {agg['false_alarms']} false alarms")
-            if agg.get("mean_delay") is not None:
-                delay += f", mean delay {_fmt(agg['mean_delay'])}"
-            if agg.get("average_run_length") is not None:
-                delay += f", average run length {_fmt(agg['average_run_length'])}"
-            lines.append("  delay rule (the first alarm after a change detects it, at any "
-                         f"delay; every other alarm is false): {delay}")
-        located = [(label, agg[n]) for n, label in (
-            ("located_f1", "f1"), ("located_f1_1pct", "f1 at margin 1% of n"),
-            ("located_covering", "covering"), ("location_error", "mean error"))
-            if agg.get(n) is not None]
-        if located:
-            lines.append("  located changes (change_at), margin rule: "
-                         + ", ".join(f"{label} {_fmt(v)}" for label, v in located))
-    if agg.get("accuracy") is not None:
-        lines.append("scores: " + ", ".join(f"{n} {_fmt(v)}" for n, v in
-                                            some("accuracy", "forgetting", "average_accuracy")))
-    return lines
+    if not isinstance(annotations, Mapping) or set(map(str, annotations)) <= {EVERY_KEY}:
+        return
+    if args.source.startswith(("kafka:", "river:", "synth:")):
+        return  # a topic is read once; built-in sources are checked at the end as before
+    with user_input():
+        keys = {key_text(r.get("key")) for r in open_source(args.source, **source_opts)
+                if isinstance(r, Mapping)}
+    try:
+        plan_labels(annotations, keys)
+    except LabelsError as exc:
+        raise UserError(f"--labels {args.labels}: {exc}") from None
 
 
 def cmd_operators(args: argparse.Namespace) -> int:
@@ -482,7 +424,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         first = ", ".join(f"{k} {v}" for k, v in (summary.first_dead or {}).items())
         print(f"dead letters (not produced){where}: {reasons}"
               + (f"; first at {first}" if first else ""))
-    if dead is not None and _print_failed({str(dead.path): dead.error} if dead.error else {}):
+    if dead is not None and print_failed({str(dead.path): dead.error} if dead.error else {}):
         return EXIT_USAGE
     return 130 if summary.interrupted else 0
 
@@ -573,7 +515,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except WriteFailed as exc:
         if exc.written:
             print("wrote " + ", ".join(exc.written))
-        _print_failed(exc.failed)
+        print_failed(exc.failed)
         return EXIT_USAGE
     if cal.chosen is None:
         raise UserError(f"no {cal.param} in the declared range keeps false alarms within the "

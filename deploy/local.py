@@ -86,6 +86,58 @@ def _all_dead_message(how_many: str, what: str, head: DeadLetter) -> str:
             "key, ts, ts_format, delimiter) against the data")
 
 
+class _RejectionCheck:
+    """The same rule as :func:`stop_if_all_dead`, for the operators: a run whose first
+    ``first`` records (or all, when there are fewer) each ended as a dead letter of an
+    operator, for one kind of reason, stops with :class:`AllDeadLetters` (parameters that do
+    not fit the data: ``in_dim`` against the vectors' length, a matrix operator on scalars)."""
+
+    def __init__(self, first: int | None, what: str):
+        self.first = first
+        self.what = what
+        self.n = 0
+        self.head: dict | None = None
+        self.kind: str | None = None
+        self.done = not first
+
+    def batch(self, records: Sequence[dict], dead_letters: Sequence[dict]) -> None:
+        if self.done:
+            return
+        dead = {}
+        for d in dead_letters:
+            off = (d.get("origin") or {}).get("offset")
+            if d.get("operator") is not None and off is not None:
+                dead.setdefault(off, d)
+        for r in records:
+            d = dead.get(r.get("offset"))
+            if d is None or (self.kind is not None and reason_kind(d["reason"]) != self.kind):
+                self.done = True
+                return
+            if self.head is None:
+                self.head, self.kind = d, reason_kind(d["reason"])
+            self.n += 1
+            if self.n >= self.first:
+                self.done = True
+                raise AllDeadLetters(self._message(f"the first {self.n}"))
+
+    def end(self) -> None:
+        """The stream ended with every record rejected so far."""
+        if not self.done and self.n:
+            self.done = True
+            raise AllDeadLetters(self._message(f"all {self.n}" if self.n > 1 else "the one"))
+
+    def _message(self, how_many: str) -> str:
+        d = self.head or {}
+        origin = d.get("origin") or {}
+        where = f" (line {origin['line']})" if "line" in origin else ""
+        reason = str(d.get("reason")).split("\n")[0]
+        noun = "records" if how_many != "the one" else "record"
+        return (f"{how_many} {noun} of {self.what} {'were' if noun == 'records' else 'was'} "
+                f"rejected by operator {d.get('operator')}: {reason}{where}; nothing was "
+                "processed: check the operator's parameters against the data (`shiftwatch "
+                f"operators` lists what each takes); every rejection is in dead_letters.jsonl")
+
+
 class Pipeline:
     """Run records from a source through a chain of operators into sinks.
 
@@ -120,7 +172,8 @@ class Pipeline:
     stop_if_all_dead
         Stop with :class:`AllDeadLetters` when the first this many items of the source (or
         all of them, when there are fewer) are dead letters for one reason
-        (:func:`stop_if_all_dead`); None never stops.
+        (:func:`stop_if_all_dead`), or when the first this many records that reach the
+        operators are each rejected by an operator for one reason; None never stops.
 
     Notes
     -----
@@ -192,6 +245,9 @@ class Pipeline:
         ex = StageExecutor(self.operators, keyed=False,  # wrapped (or not) already
                            observer=self.metrics)
         summary = self._summary = ex.summary
+        what = str(getattr(self.source, "path", None) or getattr(self.source, "name", None)
+                   or "the source")
+        self._rejections = _RejectionCheck(self.stop_if_all_dead, what)
         opened: list = []
         bar = None
         start = time.perf_counter()
@@ -232,6 +288,7 @@ class Pipeline:
                     except KeyboardInterrupt:
                         summary.interrupted = True
                 if not summary.interrupted:  # the stream ended: what operators held back
+                    self._rejections.end()
                     with guard.deferred():
                         self._write(ex.flush())
         finally:
@@ -295,6 +352,7 @@ class Pipeline:
             # A file source says which line each offset came from (for operators' dead letters).
             result = ex.process(batch, origins=getattr(self.source, "origins", None))
             self._write(result)
+            self._rejections.batch(batch, result.dead_letters)
             if bar is not None:
                 bar.update(len(batch))
             if self.metrics is not None:

@@ -107,7 +107,7 @@ def test_a_late_detection_is_a_miss_by_the_margin_rule_and_a_detection_by_the_de
     sink.close()
     s = sink.report["summary"]
     assert s["recall"] == 0.5 and s["missed"] == 0 and s["detected"] == 1
-    from shiftwatch.deploy.cli import score_lines
+    from shiftwatch.deploy.console import score_lines
 
     text = "\n".join(score_lines(s, 5))
     assert "margin rule (an alarm within 5 records" in text and "recall 0.500" in text
@@ -139,3 +139,66 @@ def test_a_shape_alarm_carries_the_statistic_that_crossed(tmp_path, capsys):
 
     shown = [float(v) for v in re.findall(r"([0-9.]+) > threshold", stdout)]
     assert shown and all(v > 6.0 for v in shown), shown
+
+
+def _vectors_jsonl(tmp_path: Path, n: int = 400, d: int = 40) -> Path:
+    rng = np.random.default_rng(0)
+    rows = [json.dumps({"key": f"k{i % 2}", "y": i % 3,
+                        "value": [round(float(v), 4) for v in rng.normal(size=d)]})
+            for i in range(n)]
+    path = tmp_path / "vectors.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_an_operator_that_rejects_every_record_stops_the_run_with_exit_2(tmp_path, capsys):
+    # window_covariance needs vectors: on scalars every record is a dead letter
+    src = pumps_csv(tmp_path, n=200)
+    rc = main(["replay", str(src), "--source-opt", "key=pump", "--source-opt", "value=reading",
+               "--operator", "window_covariance", "--out", str(tmp_path / "run"),
+               "--no-plots", "--no-progress", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    line = [ln for ln in err.splitlines() if ln.startswith("shiftwatch: error")]
+    assert len(line) == 1
+    assert "rejected by operator window_covariance" in line[0]
+    assert "nothing was processed" in line[0] and "line 2" in line[0]
+
+
+def test_rejections_stop_even_when_the_file_is_shorter_than_the_rule(tmp_path, capsys):
+    src = _vectors_jsonl(tmp_path, n=60)
+    rc = main(["replay", str(src), "--source-opt", "key=key", "--source-opt", "y=y",
+               "--operator", "hare-tortoise", "--param", "in_dim=30", "--param", "n_classes=3",
+               "--out", str(tmp_path / "run"), "--no-plots", "--no-progress", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "all 60 records" in err and "rejected by operator hare-tortoise" in err
+
+
+def test_a_few_rejections_do_not_stop_a_run(tmp_path, capsys):
+    src = pumps_csv(tmp_path, n=300)
+    text = src.read_text().splitlines()
+    text[5] = "pump-a,1700000001,NaN"
+    src.write_text("\n".join(text) + "\n")
+    rc = main(["replay", str(src), "--source-opt", "key=pump", "--source-opt", "value=reading",
+               "--operator", "river:ADWIN", "--out", str(tmp_path / "run"), "--no-plots",
+               "--no-progress", "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+
+
+def test_a_labels_file_naming_an_unknown_key_fails_before_the_operators_run(tmp_path, capsys,
+                                                                             monkeypatch):
+    from shiftwatch.deploy import local
+
+    ran = []
+    monkeypatch.setattr(local.Pipeline, "run", lambda self: ran.append(1))
+    src = pumps_csv(tmp_path, n=100)
+    lab = tmp_path / "labels.json"
+    lab.write_text(json.dumps({"pumpa": [30], "pump-b": []}))
+    rc = main(["replay", str(src), "--source-opt", "key=pump", "--source-opt", "value=reading",
+               "--operator", "river:ADWIN", "--labels", str(lab), "--out", str(tmp_path / "r"),
+               "--no-plots", "--no-progress"])
+    captured = capsys.readouterr()
+    assert rc == 2 and not ran
+    assert "'pumpa' is not a key of the stream" in captured.err
+    assert "did you mean pump-a?" in captured.err
+    assert "alarms" not in captured.out  # no alarm table printed before the error
