@@ -551,6 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Change detectors and continual learners as stream operators: "
                     "replay logs locally, run as Kafka consumer groups.")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    from shiftwatch import __version__
+
+    p.add_argument("--version", action="version", version=f"shiftwatch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     r = sub.add_parser("replay", help="replay a log or data set through operators, "

@@ -317,3 +317,20 @@ def test_streams_and_sinks_import_nothing_from_operators():
     found = [f"{p.relative_to(ROOT)}: {n}" for p in _modules("streams") + _modules("sinks")
              for n in _imports(p) if _shiftwatch_package(n) == "operators"]
     assert not found, "\n".join(found)
+
+
+def test_one_version_source_and_the_cli_prints_it(capsys):
+    import importlib.metadata
+
+    import shiftwatch
+    from shiftwatch.deploy.cli import main
+
+    head = (ROOT / "pyproject.toml").read_text().split("[tool.setuptools.dynamic]")[0]
+    assert 'dynamic = ["version"]' in head and "\nversion =" not in head
+    assert importlib.metadata.version("shiftwatch") == shiftwatch.__version__
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"shiftwatch {shiftwatch.__version__}"
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert "## Unreleased" in changelog and f"## {shiftwatch.__version__}" in changelog
