@@ -10,7 +10,6 @@ sources, labels and pipeline files are checked becomes a :class:`UserError`; one
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -20,30 +19,13 @@ from typing import Any
 
 import yaml
 
+from shiftwatch.deploy.catalog import cmd_operators, cmd_sources
 from shiftwatch.deploy.console import print_failed, print_scores
-from shiftwatch.deploy.errors import UserError
+from shiftwatch.deploy.errors import UserError, user_input
 
 __all__ = ["main", "parse_params", "load_labels"]
 
 EXIT_USAGE = 2
-
-
-@contextlib.contextmanager
-def user_input() -> Iterator[None]:
-    """Treat a ``ValueError`` raised inside the block as the user's (bad parameter, source,
-    label or pipeline file): the checks of those raise ``ValueError`` naming what is wrong.
-    """
-    try:
-        yield
-    except UserError:
-        raise
-    except (ValueError, yaml.YAMLError) as exc:
-        raise UserError(str(exc)) from exc
-
-
-# --------------------------------------------------------------------------------------
-# Parameter and label parsing
-# --------------------------------------------------------------------------------------
 
 
 def parse_params(pairs: list[str] | None, what: str = "--param") -> dict[str, Any]:
@@ -88,20 +70,28 @@ def load_labels(spec: str, source_name: str | None = None) -> dict:
 
     >>> load_labels("120, 480")
     {'*': [120, 480]}
+    >>> load_labels("[]")  # the same JSON inline: no key ever changed
+    {'*': []}
     """
     from shiftwatch.sinks.labels import EVERY_KEY
 
     path = Path(spec)
-    if not path.exists():
+    if not path.exists() and spec.strip()[:1] in ("[", "{"):
+        try:  # the JSON forms inline: '[]' says no key ever changed
+            data = json.loads(spec)
+        except ValueError as exc:
+            raise UserError(f"--labels {spec!r}: not a file, and not JSON ({exc})") from None
+    elif not path.exists():
         parts = [p.strip() for p in spec.split(",") if p.strip()]
         try:
             return {EVERY_KEY: sorted(int(p) for p in parts)}
         except ValueError:
             raise UserError(f"--labels {spec!r}: no such file, and not a list of indices") from None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"--labels {spec}: cannot read JSON ({exc})") from None
+    else:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"--labels {spec}: cannot read JSON ({exc})") from None
     try:
         if isinstance(data, list):
             return {EVERY_KEY: sorted(_position(i) for i in data)}
@@ -274,43 +264,6 @@ def _check_label_keys(annotations: Any, args: argparse.Namespace, source_opts: d
         raise UserError(f"--labels {args.labels}: {exc}") from None
 
 
-def cmd_operators(args: argparse.Namespace) -> int:
-    from shiftwatch.operators import list_operators
-
-    infos = list_operators()
-    if args.json:
-        print(json.dumps([{"name": i.name, "summary": i.summary, "input": i.input_kind,
-                           "params": {k: _jsonable(v) for k, v in i.params.items()}}
-                          for i in infos], indent=2))
-        return 0
-    for info in infos:
-        params = ", ".join(f"{k}={v!r}" if v != "required" else f"{k} (required)"
-                           for k, v in info.params.items())
-        print(f"{info.name:<22} {info.summary}")
-        if info.input_kind:
-            print(f"{'':<22} input: {info.input_kind}")
-        print(f"{'':<22} params: {params or '(none)'}")
-    print("\nEvery operator also takes keep_input=true: its outputs then carry the input "
-          "record's fields too.")
-    return 0
-
-
-def _jsonable(v: Any) -> Any:
-    try:
-        json.dumps(v)
-        return v
-    except (TypeError, ValueError):
-        return repr(v)
-
-
-def cmd_sources(args: argparse.Namespace) -> int:
-    from shiftwatch.streams import list_sources
-
-    for line in list_sources():
-        print(line)
-    return 0
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
 
@@ -416,6 +369,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
     finally:
         if dead is not None:
             dead.close()
+    for warning in summary.warnings:
+        print(f"shiftwatch: warning: {warning}", file=sys.stderr)
     print(summary.line() + (f" (created {args.topic} with {args.partitions} partitions)"
                             if summary.created else ""))
     if summary.dead_letters:
@@ -666,7 +621,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output directory (calibration.json, calibrated.yaml)")
     c.set_defaults(func=cmd_calibrate, stages=None)
 
-    o = sub.add_parser("operators", help="list operators with their parameters")
+    o = sub.add_parser("operators", help="list operators with their parameters (with NAME: "
+                       "what each parameter means)")
+    o.add_argument("name", nargs="?", metavar="NAME",
+                   help="describe one operator's parameters, e.g. `shiftwatch operators cs`")
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=cmd_operators)
 

@@ -302,6 +302,10 @@ class Pipeline:
             if close is not None:
                 close()
             failed: BaseException | None = None
+            if sys.exc_info()[1] is not None:  # the run stops on an error: nothing to show
+                for sink in opened:             # as if it had ended (the console's table)
+                    if hasattr(sink, "run_failed"):
+                        sink.run_failed()
             for sink in opened:  # every sink is closed, whichever fails
                 try:
                     sink.close()

@@ -201,12 +201,38 @@ def create(name: str, keep_input: bool = False, **params: Any) -> Operator:
     try:
         return ctor(**params)
     except TypeError as exc:
+        missing = _missing_params(ctor, params)
+        if missing:
+            raise ValueError(_needs(name, missing)) from None
         raise ValueError(f"operator {name!r}: {exc}") from None
     except ValueError as exc:  # name the operator, as River's errors do: "cs: alpha must ..."
         msg = str(exc)
         if msg.startswith((f"{name}:", f"operator {name!r}")):
             raise
         raise type(exc)(f"{name}: {msg}") from None
+
+
+def _missing_params(ctor: Callable[..., Any], params: dict) -> list[str]:
+    try:
+        sig = inspect.signature(ctor)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in sig.parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name not in params]
+
+
+def _needs(name: str, missing: list[str]) -> str:
+    """``operator 'x' needs in_dim (what it means) ...: --param in_dim=...``"""
+    try:
+        docs = param_help(name)
+    except Exception:  # the meaning is a help, never a new failure
+        docs = {}
+    parts = [f"{m} ({docs[m].split('. ')[0].rstrip('.')})" if docs.get(m) else m
+             for m in missing]
+    return (f"operator {name!r} needs {' and '.join(parts)}: give "
+            + " ".join(f"--param {m}=..." for m in missing)
+            + f" (`shiftwatch operators {name}` describes every parameter)")
 
 
 def _accepted_params(ctor: Callable[..., Any]) -> list[str] | None:
@@ -251,6 +277,35 @@ def _info_of(name: str, ctor: Callable[..., Any]) -> OperatorInfo:
               for p in sig.parameters.values() if p.kind not in (p.VAR_KEYWORD,)}
     return OperatorInfo(name=name, summary=doc.split("\n")[0], params=params,
                         input_kind=getattr(ctor, "input_kind", ""))
+
+
+def param_help(name: str) -> dict[str, str]:
+    """Parameter -> its meaning, for operator ``name``, read from the numpydoc ``Parameters``
+    of the operator's docstring and of the class whose parameters it takes (``params_from``
+    or ``params_doc_from``: a detector; River's detector for ``river:NAME``). Imports the
+    operator's module."""
+    import importlib as _importlib
+
+    from shiftwatch.operators.source_info import param_docs
+
+    ctor = resolve(name)
+    docs: dict[str, str] = {}
+    for attr in ("params_from", "params_doc_from"):
+        qual = getattr(ctor, attr, None)
+        if isinstance(qual, str):
+            module, _, cls_name = qual.rpartition(".")
+            docs.update(param_docs(inspect.getdoc(
+                getattr(_importlib.import_module(module), cls_name))))
+    river_cls = getattr(ctor, "river_class", None)
+    if callable(river_cls):
+        docs.update(param_docs(inspect.getdoc(river_cls())))
+    for cls in reversed(getattr(ctor, "__mro__", (ctor,))):  # a base's, then the class's own
+        if cls.__module__.startswith("shiftwatch."):
+            docs.update({k: v for k, v in param_docs(cls.__doc__ and inspect.cleandoc(
+                cls.__doc__)).items() if v})
+    own = param_docs(inspect.getdoc(ctor))
+    docs.update({k: v for k, v in own.items() if v})
+    return docs
 
 
 def list_operators() -> list[OperatorInfo]:

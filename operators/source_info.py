@@ -22,13 +22,14 @@ import ast
 import importlib.util
 import inspect
 import operator
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OperatorInfo", "class_info_from_source", "parse_source", "module_file", "class_defs",
-           "literal_value", "base_name", "find_method", "init_params"]
+__all__ = ["OperatorInfo", "param_docs", "class_info_from_source", "parse_source", "module_file",
+           "class_defs", "literal_value", "base_name", "find_method", "init_params"]
 
 _NOT_LITERAL = object()
 
@@ -41,6 +42,49 @@ class OperatorInfo:
     summary: str
     params: dict  # name -> default (inspect.Parameter.empty shown as "required")
     input_kind: str
+
+
+_SECTION = re.compile(r"^([A-Z][A-Za-z ]+)\n-{3,}$", re.M)
+_NAMES = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)(\s*:.*)?$")
+
+
+def param_docs(doc: str | None) -> dict[str, str]:
+    """Parameter name -> its description, from a numpydoc ``Parameters`` section (a cleaned
+    docstring). Names described together (``burn_in, burn_in_min``) share the text.
+
+    >>> param_docs("Summary.\n\nParameters\n----------\nalpha\n    Level.\n    In (0, 1).\n"
+    ...            "a, b : int\n    Both.\n\nExamples\n--------\n>>> 1\n")
+    {'alpha': 'Level. In (0, 1).', 'a': 'Both.', 'b': 'Both.'}
+    """
+    if not doc:
+        return {}
+    sections = list(_SECTION.finditer(doc))
+    body = None
+    for i, m in enumerate(sections):
+        if m.group(1) == "Parameters":
+            end = sections[i + 1].start() if i + 1 < len(sections) else len(doc)
+            body = doc[m.end():end]
+            break
+    if body is None:
+        return {}
+    out: dict[str, str] = {}
+    names: list[str] = []
+    text: list[str] = []
+
+    def done() -> None:
+        for n in names:
+            out[n] = " ".join(text).strip()
+
+    for line in body.splitlines():
+        m = _NAMES.match(line) if line and not line[0].isspace() else None
+        if m:
+            done()
+            names = [n.strip() for n in m.group(1).split(",")]
+            text = []
+        elif line.strip() and names:
+            text.append(line.strip())
+    done()
+    return out
 
 
 @lru_cache(maxsize=64)

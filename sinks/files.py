@@ -360,6 +360,11 @@ class ConsoleAlarmSink(Sink):
             out.append((key, offset, shown, change_at, stat))
         return out
 
+    def run_failed(self) -> None:
+        """The run stopped on an error (called before :meth:`close`): print nothing, so that
+        the error is the run's last word, not a table of ``0 alarms``."""
+        self._printed = True
+
     def close(self) -> None:
         """Print the table and the count (once)."""
         if self._printed:

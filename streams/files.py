@@ -544,8 +544,15 @@ class CsvSource(_FileSource):
         self._header = self._read_header()
         missing = [c for c in self._wanted() if c not in self._header]
         if missing:
+            hint = ""
+            if len(self._header) == 1:  # one column: most likely another delimiter
+                found = [d for d in (";", "\t", "|") if d != delimiter and d in self._header[0]]
+                if found:
+                    shown = "\\t" if found[0] == "\t" else found[0]
+                    hint = (f" (the header has one column with {shown!r} in it: try "
+                            f"--source-opt delimiter={shown})")
             raise ValueError(f"{self.path}: no column {', '.join(map(repr, missing))} in the "
-                             f"header; columns: {', '.join(self._header)}")
+                             f"header; columns: {', '.join(self._header)}{hint}")
 
     def _wanted(self) -> list[str]:
         return (self._columns + [c for c in (self.key, self.ts, self.y, self.task) if c]

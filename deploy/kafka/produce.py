@@ -42,6 +42,7 @@ class ProduceSummary:
     seconds: float = 0.0
     created: bool = False
     interrupted: bool = False
+    warnings: list = field(default_factory=list)
 
     def line(self) -> str:
         """One line: how many records went where, and how fast."""
@@ -130,6 +131,14 @@ def produce_source(source, topic: str, bootstrap: str, *, key_field: str = "key"
                 admin.create_topics({topic: {"num_partitions": int(partitions),
                                              "replication_factor": 1}}, raise_errors=False)
                 summary.created = True
+            else:
+                d = next(iter(admin.describe_topics([topic])), {})
+                have = len(d.get("partitions") or [])
+                if have and have != int(partitions):
+                    summary.warnings.append(
+                        f"topic {topic} exists with {have} partitions: --partitions "
+                        f"{partitions} is not applied (partitions are set when a topic is "
+                        "created; delete the topic, or grow it with kafka-topics.sh --alter)")
         finally:
             admin.close()
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,

@@ -121,6 +121,7 @@ class ClusterSession:
                                       **(settings.get("librdkafka") or {})}
         else:
             settings["partition_assignment_strategy"] = [self._assignor(assignor)]
+        log.info("stage %s: Kafka client %s", self.stage.name, _client_version(self.kind))
         self._consumer = make_consumer(self.kind, settings,
                                        max_poll_records=self.stage.batch["max_records"])
         if self.kind == "confluent":
@@ -366,3 +367,18 @@ def _bootstrap(client: dict) -> str:
     """The bootstrap address of kafka-python settings, for messages."""
     servers = client.get("bootstrap_servers", "localhost:9092")
     return ",".join(servers) if isinstance(servers, (list, tuple)) else str(servers)
+
+
+def _client_version(kind: str) -> str:
+    """``kafka-python 3.0.12`` or ``confluent-kafka 2.16.0 (librdkafka 2.16.0)``, for the log."""
+    try:
+        if kind == "confluent":
+            import confluent_kafka
+
+            return (f"confluent-kafka {confluent_kafka.__version__} "
+                    f"(librdkafka {confluent_kafka.libversion()[0]})")
+        import kafka
+
+        return f"kafka-python {kafka.__version__}"
+    except Exception:  # a name for a log line, never a failure
+        return kind

@@ -104,6 +104,20 @@ class ConfSeqOperator(Operator):
     per alarm. With the long-run burn-in (60 effective values or more) it starts that
     burn-in at the change instead of after the alarm.
 
+    Parameters
+    ----------
+    field
+        Dotted path of the value in each record (``value``; ``reading.temp`` for a nested
+        field).
+    locate
+        ``True`` or ``"cs"`` (the later of the two starts that bracket the change), ``"mean"``
+        or ``"meanvar"`` (a split of the values since the previous located change), or
+        ``False`` (no ``change_at``). See Locating above.
+    locate_window
+        The most values kept for ``"mean"``/``"meanvar"`` (records).
+    restart
+        After an alarm, re-feed the values from the located change (see Restart above).
+
     Examples
     --------
     >>> import numpy as np
@@ -118,6 +132,8 @@ class ConfSeqOperator(Operator):
     [307]
     """
 
+    #: where the meanings of the detector's parameters are written (``shiftwatch operators``)
+    params_doc_from = "shiftwatch.operators.confseq.detector.ConfSeqDetector"
     input_kind: ClassVar[str] = "scalar or vector (one detector per coordinate, alpha split)"
     sensitivity = Sensitivity("alpha", more_alarms="larger", low=1e-100, high=0.2,
                               guarantee="arl>=1/value", guarantee_when={"pfa": False})

@@ -62,6 +62,18 @@ class KarcherOperator(Operator):
     (``benchmarks/location.py`` section 6) it found the second change no more often and
     added alarms, with overlapping CIs: off by default.
 
+    Parameters
+    ----------
+    field
+        Dotted path of the value in each record (``value``; ``reading.temp`` for a nested
+        field).
+    locate
+        Give alarms a ``change_at`` (see Locating above).
+    locate_window
+        The most points kept for locating (points since the previous located change).
+    restart
+        With ``reset_on_alarm``, restart the estimates at the located change (see Restart).
+
     Examples
     --------
     >>> from shiftwatch.streams.synthetic import WishartSPDStream
@@ -71,6 +83,8 @@ class KarcherOperator(Operator):
     [1518.0]
     """
 
+    #: where the meanings of the detector's parameters are written (``shiftwatch operators``)
+    params_doc_from = "shiftwatch.operators.riemannian.karcher.KarcherDetector"
     input_kind = "manifold point (SPD matrix, n x p orthonormal basis, unit vector)"
     sensitivity = Sensitivity("threshold", more_alarms="smaller", low=1e-4, high=100.0)
 

@@ -30,6 +30,12 @@ class ShapeOperator(Operator):
     operator's count of accepted records) and ``change_ts`` when the record at that position
     had a numeric ``ts`` and is among the last ``TS_MEMORY`` records. Parameters are those of
     :class:`ShapeDetector` plus ``field``.
+
+    Parameters
+    ----------
+    field
+        Dotted path of the value in each record (``value``; ``reading.temp`` for a nested
+        field).
     """
 
     input_kind = "number or vector (channels)"

@@ -88,6 +88,20 @@ def test_produce_writes_each_record_as_json_keyed_and_reports_dead_letters(
     assert all(len(p) == 1 for p in by_key.values())
 
 
+def test_produce_warns_when_an_existing_topic_has_other_partitions(kafka_bootstrap, tmp_path,
+                                                                    capsys):
+    csv = write_sensor_csv(tmp_path / "s.csv", n=5)
+    topic = unique("parts")
+    args = ["produce", str(csv), "--topic", topic, "--key", "sensor", "--source-opt",
+            "value=temp", "--bootstrap", kafka_bootstrap, "--no-progress"]
+    assert main([*args, "--partitions", "3"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--partitions", "5"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: topic {topic} exists with 3 partitions: --partitions 5 is not applied" \
+        in err
+
+
 def test_produce_paces_at_rate(kafka_bootstrap, capsys):
     topic = unique("paced")
     t0 = time.monotonic()
