@@ -49,7 +49,7 @@ _NAMES = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*
 
 
 def param_docs(doc: str | None) -> dict[str, str]:
-    """Parameter name -> its description, from a numpydoc ``Parameters`` section (a cleaned
+    r"""Parameter name -> its description, from a numpydoc ``Parameters`` section (a cleaned
     docstring). Names described together (``burn_in, burn_in_min``) share the text.
 
     >>> param_docs("Summary.\n\nParameters\n----------\nalpha\n    Level.\n    In (0, 1).\n"

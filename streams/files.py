@@ -612,17 +612,12 @@ class CsvSource(_FileSource):
                 raise BadInput(f"{c} is empty")
             # A short plain number (most cells) skips read_number's other checks.
             vals.append(as_scalar(raw, c) if _SHORT_NUMBER(raw) else read_number(raw, c))
-        if self.ts:
+        record: dict[str, Any] = {"key": fields[pos[self.key]] if self.key else None}
+        if self.ts:  # without a ts column the record has no time (none is invented)
             cell = fields[pos[self.ts]]
-            ts = as_scalar(cell, "ts") if self.ts_format is None and _SHORT_NUMBER(cell) \
-                else parse_ts(cell, self.ts_format)
-        else:
-            ts = float(index)
-        record: dict[str, Any] = {
-            "key": fields[pos[self.key]] if self.key else None,
-            "ts": ts,
-            "value": vals if self._vector else vals[0],
-        }
+            record["ts"] = as_scalar(cell, "ts") if self.ts_format is None and \
+                _SHORT_NUMBER(cell) else parse_ts(cell, self.ts_format)
+        record["value"] = vals if self._vector else vals[0]
         if self.y:
             record["y"] = _label(fields[pos[self.y]], self.y)
         if self.task:
@@ -677,7 +672,7 @@ class JsonlSource(_FileSource):
     ...     _ = f.write('{"id": "b", "m": {"x": 3}}\\n')
     >>> for item in JsonlSource(path, value=["m.x", "m.y"], key="id"):
     ...     print(item if isinstance(item, dict) else (item.origin["line"], item.reason))
-    {'key': 'a', 'ts': 0.0, 'value': [1.0, 2.0]}
+    {'key': 'a', 'value': [1.0, 2.0]}
     (2, 'invalid JSON: Expecting property name enclosed in double quotes at column 2')
     (3, "record has no field 'm.y'")
     """
@@ -722,10 +717,10 @@ class JsonlSource(_FileSource):
             else:
                 value = as_scalar(raw, self._columns[0])
         record: dict[str, Any] = {
-            "key": _json_key(get_field(obj, self.key, None)) if self.key else None,
-            "ts": parse_ts(get_field(obj, self.ts), self.ts_format) if self.ts else float(index),
-            "value": value,
-        }
+            "key": _json_key(get_field(obj, self.key, None)) if self.key else None}
+        if self.ts:  # without a ts field the record has no time (none is invented)
+            record["ts"] = parse_ts(get_field(obj, self.ts), self.ts_format)
+        record["value"] = value
         if self.y:
             record["y"] = get_field(obj, self.y, None)
         if self.task:

@@ -108,6 +108,8 @@ def test_detector_report_and_plots(tmp_path):
         "precision": agg["precision"],
         "recall": agg["recall"],
         "covering": agg["covering"],
+        "changes": 2,
+        "detected": 2,
         "mean_delay": 5.5,
         "false_alarms": 1,
         "missed": 0,

@@ -65,14 +65,15 @@ def test_csv_dead_letters_carry_line_numbers_and_good_records_survive(tmp_path):
     assert src.name == "log" and src.length is None and src.annotations is None
 
 
-def test_csv_multi_column_value_default_key_and_index_ts(tmp_path):
+def test_csv_multi_column_value_default_key_and_no_invented_ts(tmp_path):
     path = write(tmp_path / "v.csv", "x,y,z\n1,2,3\n4,5,6\n7,8,bad\n9,10,11\n")
     src = CsvSource(path, value=["z", "x"])
     good, dead = split(list(src))
-    # ts without a ts column is the index among good records; key defaults to None.
-    assert good == [{"key": None, "ts": 0.0, "value": [3.0, 1.0]},
-                    {"key": None, "ts": 1.0, "value": [6.0, 4.0]},
-                    {"key": None, "ts": 2.0, "value": [11.0, 9.0]}]
+    # without a ts column a record has no time (issue 34: none is invented from the count);
+    # key defaults to None.
+    assert good == [{"key": None, "value": [3.0, 1.0]},
+                    {"key": None, "value": [6.0, 4.0]},
+                    {"key": None, "value": [11.0, 9.0]}]
     assert [d.origin["line"] for d in dead] == [4]
     assert src.columns == ["z", "x"]
 
@@ -318,7 +319,7 @@ def test_numeric_cells_follow_the_json_number_grammar(tmp_path, cell, expected):
     path = write(tmp_path / "n.csv", f'v\n"{cell}"\n')
     (item,) = list(CsvSource(path, value="v"))
     if isinstance(expected, float):
-        assert item == {"key": None, "ts": 0.0, "value": expected}
+        assert item == {"key": None, "value": expected}
     else:
         assert isinstance(item, DeadLetter) and expected in item.reason
 
@@ -360,7 +361,7 @@ def test_lines_that_are_not_utf8_are_dead_letters_with_their_exact_bytes(tmp_pat
                      b"\xfe,3\n"                    # 4 another: must not merge with line 3
                      b"x\xc3,4\n")                  # 5 a cut two-byte sequence
     good, dead = split(list(CsvSource(path, value="v", key="k")))
-    assert good == [{"key": "caf\u00e9", "ts": 0.0, "value": 1.0}]
+    assert good == [{"key": "caf\u00e9", "value": 1.0}]
     assert [d.origin["line"] for d in dead] == [3, 4, 5]
     assert [d.reason for d in dead] == [
         "line is not valid UTF-8, got byte 0xff at column 1",

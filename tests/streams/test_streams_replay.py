@@ -75,7 +75,7 @@ def test_open_source_files(tmp_path):
     (tmp_path / "a.JSON").write_text('{"value": 6}\n')
     assert isinstance(open_source(str(tmp_path / "a.csv")), CsvSource)
     tsv = open_source(str(tmp_path / "a.tsv"), key="k")
-    assert list(tsv) == [{"key": "x", "ts": 0.0, "value": 2.0}]
+    assert list(tsv) == [{"key": "x", "value": 2.0}]
     assert next(iter(open_source(str(tmp_path / "a.csv.gz"), value="v")))["value"] == 3.0
     for ext, v in (("jsonl", 4.0), ("ndjson", 5.0), ("JSON", 6.0)):
         src = open_source(str(tmp_path / f"a.{ext}"))
