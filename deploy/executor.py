@@ -52,6 +52,10 @@ class RunSummary:
     seconds: float = 0.0
     interrupted: bool = False
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    #: alarms raised by each operator of the chain whose outputs carry ``alarm`` (a detector),
+    #: by ``"<position>:<name>"``: a detector inside a chain (its alarms feed the next
+    #: operator: a learner's resets) is reported too, not only the last operator's
+    alarms_by_operator: dict[str, int] = field(default_factory=dict)
     sinks: dict[str, Any] = field(default_factory=dict)
     stage: str | None = None
     checkpoints: int = 0
@@ -61,6 +65,13 @@ class RunSummary:
     recent_rate: float | None = None
     partitions: list = field(default_factory=list)
     started_unix: float = field(default_factory=time.time)
+
+    @property
+    def _last_is_detector(self) -> bool:
+        return bool(self.alarms_by_operator) and \
+            list(self.alarms_by_operator)[-1].startswith(f"{self.n_operators - 1}:")
+
+    n_operators: int = 0
 
     @property
     def rate(self) -> float:
@@ -84,6 +95,10 @@ class RunSummary:
              f"{self.outputs} outputs, {self.alarms} alarms, {self.dead_letters} dead letters")
         if self.duplicates_dropped:
             s += f", {self.duplicates_dropped} duplicates dropped"
+        if len(self.alarms_by_operator) > 1 or (self.alarms_by_operator and not
+                                                 self._last_is_detector):
+            s += " (alarms by operator: " + ", ".join(
+                f"{k.split(':', 1)[1]} {v}" for k, v in self.alarms_by_operator.items()) + ")"
         if self.stage is not None:
             ago = ("never" if self.last_checkpoint_unix is None
                    else f"{time.time() - self.last_checkpoint_unix:.1f} s ago")
@@ -237,8 +252,7 @@ class StageExecutor:
                     dead.append(self._operator_dead_letter(o, self.names[i], origins, raws))
                 else:
                     records.append(o)
-            if self.observer is not None:
-                self.observer.alarms(self.names[i], sum(1 for r in records if r.get("alarm")))
+            self._count_alarms(i, records)
         if len(self.operators) and _grouped(records):
             # Keyed groups by key: back to input order (per key the order is unchanged), so
             # each upstream partition's offsets increase along every output partition.
@@ -248,6 +262,24 @@ class StageExecutor:
         s.outputs += len(records)
         s.alarms += sum(1 for r in records if r.get("alarm"))
         return Batch(inputs=inputs, outputs=records, dead_letters=dead)
+
+    def _count_alarms(self, i: int, records: list[dict], observe: bool = True) -> None:
+        """Operator ``i``'s alarms in this batch: per operator in the summary (a detector
+        is an operator whose outputs carry ``alarm``), and to the metrics observer."""
+        n = 0
+        detector = False
+        for r in records:
+            a = r.get("alarm")
+            if a is not None:
+                detector = True
+                n += 1 if a else 0
+        key = f"{i}:{self.names[i]}"
+        counts = self.summary.alarms_by_operator
+        if detector or key in counts:
+            counts[key] = counts.get(key, 0) + n
+            self.summary.n_operators = len(self.operators)
+        if observe and self.observer is not None:
+            self.observer.alarms(self.names[i], n)
 
     def flush(self) -> Batch:
         """The end of a replay's stream: what the operators held back
@@ -264,6 +296,7 @@ class StageExecutor:
                     dead.append(self._operator_dead_letter(o, self.names[i], None, None))
                 else:
                     records.append(o)
+            self._count_alarms(i, records, observe=False)
         end = 1 << 62
         records.sort(key=lambda o: o.get("offset") if isinstance(o.get("offset"), int) else end)
         s = self.summary

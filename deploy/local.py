@@ -306,6 +306,9 @@ class Pipeline:
                 for sink in opened:             # as if it had ended (the console's table)
                     if hasattr(sink, "run_failed"):
                         sink.run_failed()
+            for sink in opened:  # what the runner counted that a report should say too
+                if hasattr(sink, "note_run"):
+                    sink.note_run(summary)
             for sink in opened:  # every sink is closed, whichever fails
                 try:
                     sink.close()

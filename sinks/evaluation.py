@@ -217,6 +217,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         self._plot_data: dict = {}
         self._mode: str | None = None
         self._reset_columns()
+        self._alarms_by_operator: list[dict] | None = None
         self._dead_count = 0
         self._dead_reasons: Counter[str] = Counter()
         self._dead_first: list[dict] = []
@@ -344,6 +345,16 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
             self._vectors.setdefault(k, []).append(point)
             return math.nan
         return point[0]
+
+    def note_run(self, summary: Any) -> None:
+        """The runner's counters, before :meth:`close` (a run summary: its
+        ``alarms_by_operator`` goes into the report, so a detector inside a chain, whose
+        alarms the sink never sees as outputs, is reported too)."""
+        by_op = getattr(summary, "alarms_by_operator", None)
+        if by_op:
+            self._alarms_by_operator = [{"operator": k.split(":", 1)[1],
+                                         "position": int(k.split(":", 1)[0]), "alarms": v}
+                                        for k, v in by_op.items()]
 
     def write_dead_letters(self, records: Sequence[dict]) -> None:
         """Count the run's dead letters (dead-letter records) by reason and keep the first few

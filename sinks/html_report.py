@@ -222,6 +222,7 @@ def render_html_report(report: Mapping, keys: Iterable[Mapping],
            "points": {"tiers": [list(t) for t in TIERS], "other": small}}
     doc = {"run": run, "summary": summary, "labels": summary_labels(report.get("margin") or 5),
            "rules": report.get("rules") or {}, "parameters": dict(parameters or {}),
+           "by_op": report.get("alarms_by_operator") or [],
            "operators": report.get("operators") or [],
            "dead_letters": report.get("dead_letters") or {},
            "labels_beyond_end": report.get("labels_beyond_end"),
@@ -654,6 +655,9 @@ const run = D.run, S = D.summary, runRows = [["name", run.name], ["operator", ru
   ["labels", run.annotations || "none"], ["F1 margin", run.margin]];
 Object.entries(S).forEach(([k, v]) => runRows.push([D.labels[k] || k.replace(/_/g, " "), v]));
 Object.entries(D.rules).forEach(([k, v]) => runRows.push(["rule: " + k.replace(/_/g, " "), v]));
+if (D.by_op.length > 1 || (D.by_op.length && S.alarms === undefined))
+  D.by_op.forEach(o => runRows.push(["alarms of operator " + (o.position + 1) + " (" + o.operator +
+    ")", o.alarms]));
 if (!run.labelled && S.alarms !== undefined) runRows.push(["scores", "none: no labels " +
   "(give --labels to score alarms as detections, false alarms and missed changes)"]);
 if (D.labels_beyond_end) runRows.push(["labels past the end", D.labels_beyond_end.count +

@@ -146,6 +146,9 @@ class ReportBuilder:
             "summary": _headline(aggregate),
             "aggregate": aggregate,
         }
+        if self._alarms_by_operator is not None:
+            # every detector of the chain, the last one (the outputs scored here) included
+            report["alarms_by_operator"] = self._alarms_by_operator
         if ok:
             report["keys_file"] = path
         order = self._key_order(fleet)

@@ -202,3 +202,28 @@ def test_a_labels_file_naming_an_unknown_key_fails_before_the_operators_run(tmp_
     assert "'pumpa' is not a key of the stream" in captured.err
     assert "did you mean pump-a?" in captured.err
     assert "alarms" not in captured.out  # no alarm table printed before the error
+
+
+def test_a_chain_reports_every_detector_stages_alarms(tmp_path, capsys):
+    # ADWIN's alarms drive the learner's resets: the run's line, report.json and report.html
+    # say how many ADWIN raised, not only the last operator's (a learner's: none)
+    src = _vectors_jsonl(tmp_path, n=1500, d=4)
+    rows = [json.loads(line) for line in src.read_text().splitlines()]
+    for i, r in enumerate(rows):
+        if i >= 800:
+            r["value"] = [v + 4.0 for v in r["value"]]
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "run"
+    rc = main(["replay", str(src), "--source-opt", "key=key", "--source-opt", "y=y",
+               "--operator", "river:ADWIN", "--param", "keep_input=true",
+               "--operator", "hare-tortoise", "--param", "in_dim=4", "--param", "n_classes=3",
+               "--param", "reset_on=alarm", "--out", str(out), "--no-plots", "--no-progress",
+               "--quiet"])
+    stdout = capsys.readouterr().out
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    (adwin,) = report["alarms_by_operator"]
+    assert adwin["operator"] == "river:ADWIN" and adwin["position"] == 0 and adwin["alarms"] > 0
+    assert f"(alarms by operator: river:ADWIN {adwin['alarms']})" in stdout
+    html = (out / "report.html").read_text()
+    assert '"by_op":[{"operator":"river:ADWIN"' in html
