@@ -197,6 +197,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     sinks = [outputs, evaluation]
     if not args.quiet:
         sinks.append(ConsoleAlarmSink(stream=sys.stdout, max_rows=args.max_rows))
+    alerts = None
+    if args.alert_url:
+        from shiftwatch.sinks.alerts import WebhookAlertSink
+
+        with user_input():
+            alerts = WebhookAlertSink(args.alert_url, stage="replay", pipeline=str(
+                getattr(source, "name", args.source)),
+                **parse_params(args.alert_opt, "--alert-opt"))
+        sinks.append(alerts)
     dead = DeadLetterSink(out / "dead_letters.jsonl")
     server = metrics = None
     if args.metrics_port is not None:
@@ -204,6 +213,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         server = MetricsServer(port=args.metrics_port, address=args.metrics_host).start()
         metrics = server.stage("replay", str(getattr(source, "name", args.source)))
+        if alerts is not None:
+            alerts.metrics = metrics
     stopped: WriteFailed | None = None
     try:
         summary = Pipeline(source, ops, sinks, dead_letters=dead, batch_size=args.batch_size,
@@ -227,6 +238,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 summary.dead_letter_reasons.items(), key=lambda kv: -kv[1]))
             print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
     print_scores(getattr(evaluation, "report", None) or {})
+    if alerts is not None:
+        c = alerts.counts
+        print(f"alerts: {c['sent']} sent to {alerts.url}, {c['failed']} failed, "
+              f"{c['suppressed']} over the per-key limit, {c['dropped']} dropped"
+              + (f" (last error: {alerts.last_error})" if alerts.last_error else ""))
     done = set(evaluation.written) | ({str(outputs.path)} if outputs.written else set())
     written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "keys.jsonl",
                                 out / "report.html") if str(p) in done]
@@ -545,6 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "only; 0.0.0.0 for every interface)")
     r.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS",
                    help=_CONNECT_HELP + " (kafka: sources)")
+    r.add_argument("--alert-url", metavar="URL",
+                   help="POST each alarm as JSON to URL (a webhook; see --alert-opt)")
+    r.add_argument("--alert-opt", action="append", metavar="K=V",
+                   help="alert setting: format=json|slack, retries=3, backoff_s=0.5, "
+                        "timeout_s=5, per_key_per_minute=10, queue_size=10000")
     r.set_defaults(func=cmd_replay, stages=None)
 
     k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "

@@ -58,6 +58,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "shiftwatch_alarms_total": (
         "counter", ("pipeline", "stage", "operator"),
         "Outputs with alarm=true, by the operator that emitted them."),
+    "shiftwatch_alerts_total": (
+        "counter", ("pipeline", "stage", "outcome"),
+        "Alarms handed to the alert webhook, by outcome (sent, failed, dropped, suppressed)."),
     "shiftwatch_duplicates_dropped_total": (
         "counter", ("pipeline", "stage"),
         "Inputs dropped as duplicates of an upstream stage's re-produced outputs."),
@@ -309,6 +312,12 @@ class StageMetrics:
         if n:
             self.families.by_name["shiftwatch_alarms_total"].labels(
                 self.pipeline, self.stage, operator).inc(n)
+
+    def alert(self, outcome: str) -> None:
+        """One alarm's fate at the alert webhook (``sent``, ``failed``, ``dropped``,
+        ``suppressed``: :class:`~shiftwatch.sinks.alerts.WebhookAlertSink`)."""
+        self.families.by_name["shiftwatch_alerts_total"].labels(
+            self.pipeline, self.stage, outcome).inc()
 
     # ---- health ----------------------------------------------------------------------
 

@@ -188,10 +188,10 @@ def _kafka_section(kafka: Mapping, err) -> dict:
 
 
 _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", "consumer",
-             "producer", "metrics", "emit", "stages")
+             "producer", "metrics", "emit", "alerts", "stages")
 _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
                "ts", "guarantee", "checkpoint", "batch", "consumer", "producer", "dedupe",
-               "upstream", "emit")
+               "upstream", "emit", "alerts")
 #: What a stage writes to its output topic: every output, or only those with ``alarm: true``
 #: (the dead letters, the checkpoints and the committed offsets are the same either way).
 EMIT_CHOICES = ("all", "alarms")
@@ -272,6 +272,8 @@ class StageConfig:
     dedupe: bool = True
     upstream: str | None = None  # the topic input coordinates must name (dedupe)
     emit: str = "all"  # or "alarms": only outputs with alarm: true go to the output topic
+    #: the alert webhook's settings (``url``, ``format``, ...: sinks/alerts.py), or None
+    alerts: dict | None = None
     checkpoint: dict = field(default_factory=lambda: dict(_DEFAULTS["checkpoint"]))
     batch: dict = field(default_factory=lambda: dict(_DEFAULTS["batch"]))
     consumer: dict = field(default_factory=lambda: dict(_DEFAULTS["consumer"]))
@@ -388,6 +390,7 @@ checkpoint, batch, consumer, producer, dedupe, upstream, emit
                 for sec in ("checkpoint", "batch", "consumer", "producer", "topics", "metrics")}
     guarantee = _guarantee(data.get("guarantee", "at-least-once"), "top level", err)
     emit = _emit(data.get("emit", "all"), "top level", err)
+    alerts = _alerts(data.get("alerts"), "top level", err)
     stages_raw = data.get("stages")
     if not isinstance(stages_raw, list) or not stages_raw:
         raise err("'stages' must be a non-empty list of stages")
@@ -395,6 +398,8 @@ checkpoint, batch, consumer, producer, dedupe, upstream, emit
     seen: set[str] = set()
     for i, raw in enumerate(stages_raw):
         stage = _stage(raw, i, defaults, guarantee, err, build_operators, emit)
+        if stage.alerts is None:
+            stage.alerts = alerts
         if stage.name in seen:
             raise err(f"stages[{i}]: duplicate stage name {stage.name!r}")
         seen.add(stage.name)
@@ -412,6 +417,29 @@ def _unknown(d: Mapping, allowed: tuple[str, ...], where: str, err) -> None:
     for k in d:
         if k not in allowed:
             raise err(f"{where}: unknown key {k!r}; allowed: {', '.join(allowed)}")
+
+
+_ALERT_KEYS = ("url", "format", "retries", "backoff_s", "max_backoff_s", "timeout_s",
+               "per_key_per_minute", "queue_size")
+
+
+def _alerts(a: Any, where: str, err) -> dict | None:
+    """``alerts: {url: ..., format: json|slack, retries: ..., ...}``, checked by building the
+    sink once (sinks/alerts.py)."""
+    if a is None:
+        return None
+    if not isinstance(a, Mapping) or "url" not in a:
+        raise err(f"{where}: alerts must be a mapping with a url (and optionally format, "
+                  f"retries, backoff_s, max_backoff_s, timeout_s, per_key_per_minute, "
+                  f"queue_size), got {a!r}")
+    from shiftwatch.sinks.alerts import WebhookAlertSink
+
+    _unknown(a, _ALERT_KEYS, f"{where}: alerts", err)
+    try:
+        WebhookAlertSink(**a)
+    except (TypeError, ValueError) as exc:
+        raise err(f"{where}: alerts: {exc}") from None
+    return dict(a)
 
 
 def _emit(e: Any, where: str, err) -> str:
@@ -543,7 +571,8 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
                        ts=ts,
                        guarantee=_guarantee(raw.get("guarantee", guarantee), where, err),
                        dedupe=dedupe, upstream=upstream,
-                       emit=_emit(raw.get("emit", emit), where, err), **sections)
+                       emit=_emit(raw.get("emit", emit), where, err),
+                       alerts=_alerts(raw.get("alerts"), where, err), **sections)
 
 
 def _op_spec(o: Any, where: str, err) -> OperatorSpec:

@@ -154,6 +154,12 @@ class StageRunner(ClusterSession, PartitionAssignment):
         self._upstream_ends: dict[tuple[str, int], int] = {}
         self._input_partitions = 0
         self._rate_window = (time.monotonic(), 0)
+        self.alerts = None
+        if stage.alerts is not None:  # alarms POSTed by a thread: never blocks the loop
+            from shiftwatch.sinks.alerts import WebhookAlertSink
+
+            self.alerts = WebhookAlertSink(**stage.alerts, pipeline=config.name,
+                                           stage=stage.name, metrics=metrics)
 
     # ---- what the checkpointer and the de-duplication ask of the stage --------------
 
@@ -373,6 +379,8 @@ class StageRunner(ClusterSession, PartitionAssignment):
                     reason=f"an output is too large to send: {exc}")), key, off)
                 continue
             track(task, fut, len(value), "output", off)
+        if self.alerts is not None:  # queued for the webhook's thread; returns at once
+            self.alerts.write(result.outputs)
 
     def _log_duplicates(self, ex: StageExecutor, all_runs: bool = False) -> None:
         """One line per run of dropped duplicates (a sample: its first and last offsets)."""
@@ -447,6 +455,8 @@ class StageRunner(ClusterSession, PartitionAssignment):
                 self._log_duplicates(task.executor, all_runs=True)
             self._tasks.clear()  # on_revoke during close() has nothing left to do
         finally:
+            if self.alerts is not None:  # what is queued gets a few seconds, then counted
+                self.alerts.close(wait_s=5.0)
             for client in (self._consumer, self._producer, self._reader):
                 if client is not None:
                     try:

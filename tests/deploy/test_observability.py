@@ -333,6 +333,7 @@ def test_dashboard_metric_names_are_served(server):
     m = server.stage("p", "s", slow_batch_seconds=1.0)
     m.batch(0.01)
     m.alarms("op", 1)
+    m.alert("sent")
     m.dead_letter("invalid JSON")
     m.checkpoint(0.1)
     m.partitions({0: 1})
