@@ -314,7 +314,29 @@ class PipelineConfig:
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _expand(value: Any, where: str, source: str) -> Any:
+#: What a pipeline file may hold, at most: its size, the values it expands to (YAML aliases
+#: repeat what they name: nine nested aliases make 10**9 copies) and their depth. A real
+#: pipeline is a few hundred values; these stop a file that would hang the loader.
+MAX_PIPELINE_BYTES = 1024 * 1024
+MAX_PIPELINE_VALUES = 100_000
+MAX_PIPELINE_DEPTH = 32
+
+
+def _expand(value: Any, where: str, source: str, budget: list[int] | None = None,
+            depth: int = 0) -> Any:
+    """``${VAR}`` and ``${VAR:-default}`` substituted in every string; the values counted as
+    they are copied (aliases included), so a file cannot expand beyond
+    :data:`MAX_PIPELINE_VALUES` values nor :data:`MAX_PIPELINE_DEPTH` levels."""
+    if budget is None:
+        budget = [MAX_PIPELINE_VALUES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise PipelineError(f"{source}: expands to more than {MAX_PIPELINE_VALUES:,} values "
+                            "(YAML aliases repeat what they name); a pipeline file holds a "
+                            "few hundred")
+    if depth > MAX_PIPELINE_DEPTH:
+        raise PipelineError(f"{source}: {where}: nested more than {MAX_PIPELINE_DEPTH} levels "
+                            "deep")
     if isinstance(value, str):
         def sub(m: re.Match) -> str:
             var, default = m.group(1), m.group(2)
@@ -326,9 +348,11 @@ def _expand(value: Any, where: str, source: str) -> Any:
                                 "(write ${" + var + ":-default} for a default)")
         return _ENV.sub(sub, value)
     if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]", source) for i, v in enumerate(value)]
+        return [_expand(v, f"{where}[{i}]", source, budget, depth + 1)
+                for i, v in enumerate(value)]
     if isinstance(value, Mapping):
-        return {k: _expand(v, f"{where}.{k}", source) for k, v in value.items()}
+        return {k: _expand(v, f"{where}.{k}", source, budget, depth + 1)
+                for k, v in value.items()}
     return value
 
 
@@ -338,9 +362,15 @@ def load_pipeline(path: str | Path, build_operators: bool = True) -> PipelineCon
     A missing file raises ``FileNotFoundError``.
     """
     path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_PIPELINE_BYTES:
+        raise PipelineError(f"{path}: {size:,} bytes; a pipeline file holds at most "
+                            f"{MAX_PIPELINE_BYTES:,} (is this the pipeline file?)")
     text = path.read_text()
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise PipelineError(f"{path}: nested too deep to read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

@@ -306,3 +306,38 @@ def test_the_confluent_client_runs_librdkafkas_assignors(assignor, librdkafka, c
         assert runner._consumer.cooperative is cooperative
     finally:
         runner._drop_clients()
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    # nine nested YAML aliases expand to 10**9 values: the loader used to copy them all
+    levels = ['        - &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, 9):
+        refs = ",".join([f"*a{i - 1}"] * 10)
+        levels.append(f"        - &a{i} [{refs}]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("pipeline: p\nkafka: {bootstrap_servers: 'k:9092'}\nstages:\n"
+                    "  - name: d\n    input: a\n    output: b\n    operator: river:ADWIN\n"
+                    "    params:\n      delta:\n" + "\n".join(levels) + "\n")
+    import time
+
+    from shiftwatch.deploy.pipeline import PipelineError, load_pipeline
+
+    t0 = time.monotonic()
+    with pytest.raises(PipelineError, match="expands to more than 100,000 values"):
+        load_pipeline(path)
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_pipeline_file_too_large_or_too_deep_is_refused(tmp_path):
+    from shiftwatch.deploy.pipeline import PipelineError, load_pipeline
+
+    big = tmp_path / "big.yaml"
+    big.write_text("pipeline: p\n# " + "x" * (2 * 1024 * 1024) + "\n")
+    with pytest.raises(PipelineError, match="bytes; a pipeline file holds at most"):
+        load_pipeline(big)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("pipeline: p\nkafka: {bootstrap_servers: 'k:9092'}\nstages:\n"
+                    "  - {name: d, input: a, output: b, operator: river:ADWIN, params: {delta: "
+                    + "[" * 40 + "]" * 40 + "}}\n")
+    with pytest.raises(PipelineError, match="nested more than 32 levels"):
+        load_pipeline(deep)
