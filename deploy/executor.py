@@ -51,6 +51,8 @@ class RunSummary:
     alarms: int = 0
     seconds: float = 0.0
     interrupted: bool = False
+    #: why a run ended before its source did (an error: a full disk, out of memory), or None
+    stopped: str | None = None
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     #: alarms raised by each operator of the chain whose outputs carry ``alarm`` (a detector),
     #: by ``"<position>:<name>"``: a detector inside a chain (its alarms feed the next

@@ -302,6 +302,9 @@ class Pipeline:
             if close is not None:
                 close()
             failed: BaseException | None = None
+            error = sys.exc_info()[1]
+            if error is not None and not isinstance(error, KeyboardInterrupt):
+                summary.stopped = f"{type(error).__name__}: {error}".split("\n")[0][:300]
             if sys.exc_info()[1] is not None:  # the run stops on an error: nothing to show
                 for sink in opened:             # as if it had ended (the console's table)
                     if hasattr(sink, "run_failed"):

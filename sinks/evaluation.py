@@ -218,6 +218,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         self._mode: str | None = None
         self._reset_columns()
         self._alarms_by_operator: list[dict] | None = None
+        self._incomplete: dict | None = None
         self._dead_count = 0
         self._dead_reasons: Counter[str] = Counter()
         self._dead_first: list[dict] = []
@@ -350,6 +351,10 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         """The runner's counters, before :meth:`close` (a run summary: its
         ``alarms_by_operator`` goes into the report, so a detector inside a chain, whose
         alarms the sink never sees as outputs, is reported too)."""
+        why = ("interrupted (Ctrl-C or SIGTERM)" if getattr(summary, "interrupted", False)
+               else getattr(summary, "stopped", None))
+        if why:
+            self._incomplete = {"why": why, "records_read": getattr(summary, "records_in", None)}
         by_op = getattr(summary, "alarms_by_operator", None)
         if by_op:
             self._alarms_by_operator = [{"operator": k.split(":", 1)[1],

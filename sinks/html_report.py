@@ -216,6 +216,7 @@ def render_html_report(report: Mapping, keys: Iterable[Mapping],
     summary = {k: _num(v) for k, v in (report.get("summary") or {}).items()}
     agg = report.get("aggregate") or {}
     run = {"name": report.get("name"), "operator": report.get("operator"),
+           "incomplete": report.get("incomplete"),
            "annotations": report.get("annotations"), "margin": report.get("margin"),
            "keys": agg.get("n_keys", summary.get("keys")), "listed": len(payload),
            "labelled": bool((summary.get("labelled_keys") or 0) > 0),
@@ -283,6 +284,7 @@ height:3px;vertical-align:middle;margin-right:4px}.tools button{margin-right:4px
 .note{color:#666;font-size:12px}#search{width:20em;margin-right:8px}
 </style></head><body>
 <h1 id="title"></h1>
+<p id="partial" style="color:#a00;font-weight:bold"></p>
 <div><input id="search" type="search" placeholder="search keys"><span id="count"
 class="note"></span></div>
 <div class="keysbox" id="keysbox"><table id="keys"><thead></thead><tbody></tbody></table>
@@ -637,6 +639,10 @@ const keysbox = document.getElementById("keysbox");
 keysbox.addEventListener("scroll", () => {
   if (keysbox.scrollTop + keysbox.clientHeight > keysbox.scrollHeight - 400) more(PAGE); });
 document.getElementById("title").textContent = "shiftwatch: " + (D.run.name || "run");
+if (D.run.incomplete) document.getElementById("partial").textContent =
+  "Partial results: the run stopped before its source ended (" + D.run.incomplete.why +
+  ", after " + D.run.incomplete.records_read + " records read); every figure below is of " +
+  "what was processed.";
 renderHead(); renderBody();
 const firstRow = document.querySelector("#keys tbody tr.row");
 if (firstRow) toggle(firstRow);

@@ -137,6 +137,8 @@ class ReportBuilder:
         if operator is not None and not isinstance(operator, str):
             operator = repr(operator)
         report: dict[str, Any] = {
+            # a run that stopped before its source ended says so, and why (partial results)
+            "complete": self._incomplete is None,
             "name": self.name,
             "operator": operator,
             "operators": self._describe_operators(),
@@ -146,6 +148,8 @@ class ReportBuilder:
             "summary": _headline(aggregate),
             "aggregate": aggregate,
         }
+        if self._incomplete is not None:
+            report["incomplete"] = dict(self._incomplete)
         if self._alarms_by_operator is not None:
             # every detector of the chain, the last one (the outputs scored here) included
             report["alarms_by_operator"] = self._alarms_by_operator

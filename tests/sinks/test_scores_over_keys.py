@@ -227,3 +227,37 @@ def test_a_chain_reports_every_detector_stages_alarms(tmp_path, capsys):
     assert f"(alarms by operator: river:ADWIN {adwin['alarms']})" in stdout
     html = (out / "report.html").read_text()
     assert '"by_op":[{"operator":"river:ADWIN"' in html
+
+
+def test_a_run_stopped_early_says_so_in_report_json_and_html(tmp_path, capsys, monkeypatch):
+    # a write that fails midway (a full disk) stops the replay: the report says it is partial
+    from shiftwatch.sinks import files as files_mod
+    from shiftwatch.sinks.atomic_file import WriteFailed
+
+    src = pumps_csv(tmp_path, n=3000)
+    real_write = files_mod.JsonlSink.write
+    calls = []
+
+    def failing_write(self, records):
+        calls.append(1)
+        if len(calls) == 3:
+            raise WriteFailed({str(self.path): "No space left on device"})
+        return real_write(self, records)
+
+    monkeypatch.setattr(files_mod.JsonlSink, "write", failing_write)
+    out = tmp_path / "run"
+    rc = main(["replay", str(src), "--source-opt", "key=pump", "--source-opt", "value=reading",
+               "--operator", "river:ADWIN", "--out", str(out), "--no-plots", "--no-progress",
+               "--quiet"])
+    assert rc == 2
+    report = json.loads((out / "report.json").read_text())
+    assert report["complete"] is False and "No space left" in report["incomplete"]["why"]
+    assert report["incomplete"]["records_read"] < 9000
+    html = (out / "report.html").read_text()
+    assert "Partial results: the run stopped before its source ended" in html
+    assert '"incomplete":{"why":' in html
+
+
+def test_a_complete_run_says_so(tmp_path, capsys):
+    report, _, _ = replay(tmp_path, capsys, {"*": []}, "--operator", "river:ADWIN")
+    assert report["complete"] is True and "incomplete" not in report
