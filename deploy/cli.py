@@ -729,6 +729,19 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except MemoryError as exc:  # not a bug: what the run asked for does not fit
+        import traceback
+
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = next((f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.name}"
+                      for f in reversed(frames) if "shiftwatch" in f.filename
+                      or "/operators/" in f.filename or "/sinks/" in f.filename), None)
+        what = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
+        print(f"shiftwatch: error: out of memory ({what}) while building "
+              f"{where or 'the run'}: the run needs more memory than this machine gives it; "
+              "lower the parameter that sizes it (a window, a burn-in, a dimension) or the "
+              "number of keys; outputs written so far are kept", file=sys.stderr)
+        return EXIT_USAGE
     except (UserError, OSError, yaml.YAMLError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, FileNotFoundError) and exc.filename:

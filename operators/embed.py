@@ -31,7 +31,7 @@ from shiftwatch.operators.period import (
     progressive_period,
 )
 from shiftwatch.operators.registry import register
-from shiftwatch.records import as_scalar, get_field
+from shiftwatch.records import MAX_DIM, MAX_RECORDS, as_scalar, get_field
 
 __all__ = ["DelayEmbed"]
 
@@ -81,8 +81,8 @@ class DelayEmbed(Operator):
         def is_int(v: Any, lo: int) -> bool:
             return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= lo
 
-        if not (self.d == "auto" or is_int(self.d, 1)):
-            raise ValueError(f"d must be 'auto' or an integer >= 1, got {self.d!r}")
+        if not (self.d == "auto" or (is_int(self.d, 1) and self.d <= MAX_DIM)):
+            raise ValueError(f"d must be 'auto' or an integer in [1, {MAX_DIM}], got {self.d!r}")
         if not (self.tau == "auto" or is_int(self.tau, 1)):
             raise ValueError(f"tau must be 'auto' or an integer >= 1, got {self.tau!r}")
         if self.d != "auto" and self.tau == "auto":
@@ -94,8 +94,12 @@ class DelayEmbed(Operator):
             if not is_int(getattr(self, name), lo):
                 raise ValueError(f"{name} must be an integer >= {lo}, got "
                                  f"{getattr(self, name)!r}")
-        if not is_int(self.burn_in, self.burn_in_min):
-            raise ValueError(f"burn_in must be an integer >= burn_in_min, got {self.burn_in!r}")
+        if not is_int(self.burn_in, self.burn_in_min) or self.burn_in > MAX_RECORDS:
+            raise ValueError(f"burn_in must be an integer in [burn_in_min, {MAX_RECORDS:,}], "
+                             f"got {self.burn_in!r}")
+        if self.dmax > MAX_DIM or (self.tau != "auto" and self.tau > MAX_RECORDS):
+            raise ValueError(f"dmax must be at most {MAX_DIM} and tau at most {MAX_RECORDS:,}, "
+                             f"got dmax={self.dmax!r}, tau={self.tau!r}")
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
 

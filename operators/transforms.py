@@ -8,7 +8,7 @@ import numpy as np
 
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.registry import register
-from shiftwatch.records import BadInput, as_array, get_field
+from shiftwatch.records import MAX_RECORDS, BadInput, as_array, get_field
 
 __all__ = ["Standardize"]
 
@@ -64,8 +64,10 @@ class Standardize(Operator):
     def _validate_params(self) -> None:
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
-        if isinstance(self.burn_in, bool) or not isinstance(self.burn_in, int) or self.burn_in < 2:
-            raise ValueError(f"burn_in must be an integer >= 2, got {self.burn_in!r}")
+        if isinstance(self.burn_in, bool) or not isinstance(self.burn_in, int) or not \
+                2 <= self.burn_in <= MAX_RECORDS:
+            raise ValueError(f"burn_in must be an integer in [2, {MAX_RECORDS:,}] (records), "
+                             f"got {self.burn_in!r}")
         if not isinstance(self.emit_burn_in, bool):
             raise ValueError(f"emit_burn_in must be true or false, got {self.emit_burn_in!r}")
         if not (isinstance(self.min_std, (int, float)) and self.min_std > 0):

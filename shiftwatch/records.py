@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PASSTHROUGH_FIELDS", "MAX_ABS", "BadInput", "DeadLetter", "get_field", "as_scalar",
-           "as_array", "numeric_ts", "reason_kind"]
+__all__ = ["PASSTHROUGH_FIELDS", "MAX_ABS", "MAX_RECORDS", "MAX_WINDOW", "MAX_DIM", "BadInput",
+           "DeadLetter", "get_field", "as_scalar", "as_array", "numeric_ts", "reason_kind"]
 
 
 #: Fields that travel from an input record to the outputs it produces.
@@ -37,6 +37,16 @@ PASSTHROUGH_FIELDS = ("key", "ts", "offset", "y", "task")
 #: float64 limit of 1.8e308, so a larger value can make an operator's state infinite or NaN
 #: (a detector that then never alarms) rather than a result. No measurement comes near it.
 MAX_ABS = 1e150
+
+#: The longest burn-in (records) an operator accepts: past it a run could not alarm on
+#: anything a replay holds, and a window that long of one scalar already holds 80 MB.
+MAX_RECORDS = 10_000_000
+#: The longest window of vectors (records) kept whole (``window_covariance``, ...): with the
+#: vectors' length d it holds 8 d bytes a record.
+MAX_WINDOW = 1_000_000
+#: The largest dimension an operator builds (an embedding's length, a vector's coordinates
+#: of one feature): its covariance holds 8 d**2 bytes (4096: 128 MiB).
+MAX_DIM = 4096
 
 
 # --------------------------------------------------------------------------------------

@@ -19,14 +19,16 @@ import numpy as np
 
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.registry import register
-from shiftwatch.records import BadInput, as_array, get_field
+from shiftwatch.records import MAX_WINDOW, BadInput, as_array, get_field
 
 __all__ = ["WindowCovariance", "WindowSubspace", "NormalizeSphere"]
 
 
 def _check_window(window: object, minimum: int = 2) -> None:
-    if isinstance(window, bool) or not isinstance(window, int) or window < minimum:
-        raise ValueError(f"window must be an integer >= {minimum}, got {window!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or not \
+            minimum <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be an integer in [{minimum}, {MAX_WINDOW:,}] (records "
+                         f"kept whole), got {window!r}")
 
 
 def _check_stride(stride: object) -> None:

@@ -31,6 +31,8 @@ from shiftwatch.operators.river.adwin_state import (
 from shiftwatch.operators.sensitivity import RIVER_SENSITIVITY
 from shiftwatch.operators.state_codec import diff_state
 from shiftwatch.records import (
+    MAX_RECORDS,
+    MAX_WINDOW,
     PASSTHROUGH_FIELDS,
     BadInput,
     DeadLetter,
@@ -727,20 +729,26 @@ _UNIT_OPEN = (0.0, 1.0, False, False)
 _POSITIVE = (0.0, None, False, False)
 _NONNEGATIVE = (0.0, None, True, False)
 _AT_LEAST_1 = (1, None, True, False)
+#: Parameters that size memory or time get an upper bound from their meaning: a window or
+#: a wait of records at most MAX_RECORDS (MAX_WINDOW for windows River keeps whole), ADWIN's
+#: buckets per level at most 1,000 (River's default is 5; each of its ~log2(n) levels holds
+#: max_buckets + 1 of them: 1e9 asked 8 GB of a compiled helper, which aborted the process).
+_RECORDS = (0, MAX_RECORDS, True, True)
+_RECORDS_1 = (1, MAX_RECORDS, True, True)
 PARAM_RANGES: dict[str, dict[str, tuple]] = {
-    "ADWIN": {"delta": _UNIT_OPEN, "clock": _AT_LEAST_1, "max_buckets": _AT_LEAST_1,
-              "min_window_length": _AT_LEAST_1, "grace_period": _NONNEGATIVE},
-    "PageHinkley": {"min_instances": _NONNEGATIVE, "delta": _NONNEGATIVE,
+    "ADWIN": {"delta": _UNIT_OPEN, "clock": _RECORDS_1, "max_buckets": (1, 1000, True, True),
+              "min_window_length": _RECORDS_1, "grace_period": _RECORDS},
+    "PageHinkley": {"min_instances": _RECORDS, "delta": _NONNEGATIVE,
                     "threshold": _POSITIVE, "alpha": (0.0, 1.0, False, True)},
-    "KSWIN": {"alpha": _UNIT_OPEN, "window_size": (2, None, True, False),
-              "stat_size": _AT_LEAST_1},
+    "KSWIN": {"alpha": _UNIT_OPEN, "window_size": (2, MAX_WINDOW, True, True),
+              "stat_size": (1, MAX_WINDOW, True, True)},
     "DummyDriftDetector": {"t_0": _NONNEGATIVE, "w": _NONNEGATIVE},
-    "DDM": {"warm_start": _NONNEGATIVE, "warning_threshold": _POSITIVE,
+    "DDM": {"warm_start": _RECORDS, "warning_threshold": _POSITIVE,
             "drift_threshold": _POSITIVE},
-    "EDDM": {"warm_start": _NONNEGATIVE, "alpha": (0.0, 1.0, False, True),
+    "EDDM": {"warm_start": _RECORDS, "alpha": (0.0, 1.0, False, True),
              "beta": (0.0, 1.0, False, True)},
-    "FHDDM": {"sliding_window_size": _AT_LEAST_1, "confidence_level": _UNIT_OPEN,
-              "short_window_size": _AT_LEAST_1},
+    "FHDDM": {"sliding_window_size": (1, MAX_WINDOW, True, True),
+              "confidence_level": _UNIT_OPEN, "short_window_size": (1, MAX_WINDOW, True, True)},
     "HDDMA": {"drift_confidence": _UNIT_OPEN, "warning_confidence": _UNIT_OPEN},
     "HDDMW": {"drift_confidence": _UNIT_OPEN, "warning_confidence": _UNIT_OPEN,
               "lambda_val": (0.0, 1.0, False, True)},

@@ -283,3 +283,40 @@ def test_calibrate_on_a_full_disk_says_which_file_it_could_not_write(tmp_path, c
         f"shiftwatch: error: cannot write {out / 'calibration.json'}: No space left on device"]
     assert f"wrote {out / 'calibrated.yaml'}" in captured.out
     assert sorted(p.name for p in out.iterdir()) == ["calibrated.yaml"]
+
+
+def test_parameters_that_size_memory_are_bounded_in_one_line(capsys, tmp_path):
+    from shiftwatch.deploy.cli import main
+
+    src = tmp_path / "s.csv"
+    src.write_text("value\n" + "".join(f"{i % 7}\n" for i in range(50)))
+    for op, param, words in (("river:ADWIN", "max_buckets=1000000000", "must be in [1, 1000]"),
+                             ("river:KSWIN", "window_size=1000000000000", "window_size must"),
+                             ("standardize", "burn_in=1000000000000", "burn_in must be"),
+                             ("window_covariance", "window=1000000000000", "window must be"),
+                             ("embed", "d=1000000000", "d must be")):
+        rc = main(["replay", str(src), "--operator", op, "--param", param,
+                   "--out", str(tmp_path / "r"), "--quiet", "--no-progress"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and words in err[0], (op, err)
+
+
+def test_running_out_of_memory_is_one_line_not_an_internal_error(capsys, tmp_path,
+                                                                  monkeypatch):
+    # the report of a fleet too large for memory (its per-key aggregation) used to end in
+    # "internal error ... please report it"
+    from shiftwatch.deploy.cli import main
+    from shiftwatch.sinks.evaluation import EvaluationSink
+
+    def exhausted(self):
+        raise MemoryError("Unable to allocate 7.45 GiB for an array")
+
+    monkeypatch.setattr(EvaluationSink, "_build_report", exhausted)
+    src = tmp_path / "s.csv"
+    src.write_text("value\n" + "".join(f"{i % 7}\n" for i in range(50)))
+    rc = main(["replay", str(src), "--operator", "standardize", "--out", str(tmp_path / "r"),
+               "--quiet", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "internal error" not in err and len(err.strip().splitlines()) == 1
+    assert "out of memory (Unable to allocate 7.45 GiB" in err and "evaluation.py" in err
+    assert (tmp_path / "r" / "outputs.jsonl").stat().st_size > 0  # what was written stays
