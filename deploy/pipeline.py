@@ -398,7 +398,7 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     ...
     shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
 allowed: name, input, output, operator, params, operators, value, key, ts, guarantee, \
-checkpoint, batch, consumer, producer, dedupe, upstream, emit
+checkpoint, batch, consumer, producer, dedupe, upstream, emit, alerts
     """
     def err(msg: str) -> PipelineError:
         return PipelineError(f"{source}: {msg}")

@@ -105,8 +105,13 @@ class ShapeOperator(Operator):
         L = len(self._ts)
         for i, (rec, _) in enumerate(run):
             ts = rec.get("ts") if isinstance(rec, Mapping) else None
-            ok = _num(ts) and np.isfinite(ts)
-            self._ts[(self._count + i) % L] = float(ts) if ok else np.nan
+            t = np.nan
+            if _num(ts):
+                try:  # an integer too large for a float (10**300 and up) is no time
+                    t = float(ts)
+                except OverflowError:
+                    t = np.nan
+            self._ts[(self._count + i) % L] = t if np.isfinite(t) else np.nan
         alarm, change, stat, extra = self._detector.update_many(xs)
         h = float(self.threshold)
         end = self._count + len(run)

@@ -166,3 +166,12 @@ def test_a_stream_shorter_than_the_burn_in_still_gets_embedded():
     assert summary.outputs == len(sink.records) == 50 - 5 - 4  # lag 5, then a window of 5
     assert [r["offset"] for r in sink.records] == list(range(9, 50))
     assert DelayEmbed(d=3).flush() == []  # nothing held back
+
+
+def test_a_ts_too_large_for_a_float_is_no_time_not_an_error():
+    # found by the hostile-input property test: np.isfinite on an int of 10**400 raised
+    from shiftwatch.operators import create
+
+    op = create("shape")
+    (out,) = op.process({"key": "k", "ts": 10**400, "value": 0.1})
+    assert out["alarm"] is False and "change_ts" not in out
