@@ -20,8 +20,8 @@ _LAZY = {
     "PipelineError": "shiftwatch.deploy.pipeline",
     "StageRunner": "shiftwatch.deploy.kafka.stage",
     "run_pipeline": "shiftwatch.deploy.kafka.run",
-    "dedupe": "shiftwatch.deploy.dedupe",
-    "Deduper": "shiftwatch.deploy.dedupe",
+    "dedupe": "shiftwatch.deploy.deduper",
+    "Deduper": "shiftwatch.deploy.deduper",
 }
 
 __all__ = [*_LAZY]

@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from shiftwatch.sinks.key_label import key_label
+from shiftwatch.sinks.key_names import key_label
 
 __all__ = ["Calibration", "calibrate", "block_length", "stationary_bootstrap",
            "parse_budget", "garwood_interval", "UNITS"]

@@ -21,7 +21,7 @@ def print_failed(failed: dict[str, str], stopped: Exception | None = None) -> bo
     return bool(failed)
 
 def print_scores(report: dict) -> None:
-    from shiftwatch.sinks.key_label import key_label
+    from shiftwatch.sinks.key_names import key_label
 
     agg = report.get("summary") or {}
     beyond = report.get("labels_beyond_end")

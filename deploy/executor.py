@@ -6,7 +6,7 @@ Where a record is ...
   :meth:`StageExecutor.admit` with :func:`shiftwatch.codec.decode_record`
   (the Kafka history source :mod:`shiftwatch.streams.kafka` uses the same function);
 * **validated and de-duplicated**: :meth:`StageExecutor.admit` (value check, then
-  :class:`~shiftwatch.deploy.dedupe.Deduper` on the input coordinates);
+  :class:`~shiftwatch.deploy.deduper.Deduper` on the input coordinates);
 * **processed**: :meth:`StageExecutor.process`, the keyed operator chain;
 * **dead-lettered**: :meth:`StageExecutor.dead_letter`, one schema
   (:meth:`~shiftwatch.records.DeadLetter.to_record`);
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shiftwatch.codec import decode_record, encode_record
-from shiftwatch.deploy.dedupe import DUPLICATE, Deduper
+from shiftwatch.deploy.deduper import DUPLICATE, Deduper
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.records import BadInput, DeadLetter, reason_kind
 
@@ -151,7 +151,7 @@ class StageExecutor:
         for no limit. Larger outputs make their input a dead letter; larger dead letters are
         cut to fit.
     deduper
-        The :class:`~shiftwatch.deploy.dedupe.Deduper` to use (a Kafka stage passes one
+        The :class:`~shiftwatch.deploy.deduper.Deduper` to use (a Kafka stage passes one
         that knows the upstream topic and its end offsets).
 
     Examples

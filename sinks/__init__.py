@@ -24,7 +24,7 @@ _LAZY = {
     "evaluate_detector": "shiftwatch.sinks.scoring",
     "merge_change_points": "shiftwatch.sinks.scoring",
     "jsonable": "shiftwatch.sinks.files",
-    "key_label": "shiftwatch.sinks.key_label",
+    "key_label": "shiftwatch.sinks.key_names",
     "true_positives": "shiftwatch.sinks.metrics",
     "f_measure": "shiftwatch.sinks.metrics",
     "covering": "shiftwatch.sinks.metrics",

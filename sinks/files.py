@@ -27,7 +27,7 @@ from shiftwatch.codec import dumps_record, jsonable
 from shiftwatch.records import DeadLetter
 from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed, reason_of
 from shiftwatch.sinks.base import Sink
-from shiftwatch.sinks.key_label import key_label
+from shiftwatch.sinks.key_names import key_label
 
 __all__ = [
     "jsonable",

@@ -113,7 +113,7 @@ pump-b, pump-c; did you mean pump-b?); a labels file names keys of the stream, o
 
 
 def _unknown_message(unknown: list[str], keys: Collection[str], shown: int = 5) -> str:
-    from shiftwatch.sinks.key_label import key_label
+    from shiftwatch.sinks.key_names import key_label
 
     listed = ", ".join(repr(key_label(u)) for u in unknown[:shown])
     more = ", ..." if len(unknown) > shown else ""

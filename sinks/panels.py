@@ -17,7 +17,7 @@ import numpy as np
 
 from shiftwatch.codec import key_text
 from shiftwatch.sinks.fleet import Fleet
-from shiftwatch.sinks.key_label import key_label
+from shiftwatch.sinks.key_names import key_label
 from shiftwatch.sinks.plots import plot_accuracy, plot_series, plot_statistic
 from shiftwatch.sinks.report import _key_scores
 

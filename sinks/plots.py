@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from shiftwatch.sinks.key_label import key_label
+from shiftwatch.sinks.key_names import key_label
 from shiftwatch.sinks.metrics import (
     prequential_accuracy,
 )

@@ -334,3 +334,18 @@ def test_one_version_source_and_the_cli_prints_it(capsys):
     assert capsys.readouterr().out.strip() == f"shiftwatch {shiftwatch.__version__}"
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert "## Unreleased" in changelog and f"## {shiftwatch.__version__}" in changelog
+
+
+def test_a_lazy_name_is_not_shadowed_by_a_submodule_of_the_same_name():
+    # importing a submodule sets the package attribute of its name: `deploy.dedupe` (the
+    # function README documents) was replaced by the module deploy/dedupe.py once the
+    # executor had imported it
+    code = ("import json, shiftwatch.deploy as d, shiftwatch.deploy.executor, "
+            "shiftwatch.deploy.kafka.stage; print(json.dumps(callable(d.dedupe)))")
+    assert _run(code) is True
+    for package in PACKAGES + SUBPACKAGES:
+        mod = importlib.import_module(f"shiftwatch.{package}")
+        folder = ROOT / package.replace(".", "/")
+        clash = sorted(n for n in mod.__all__ if (folder / f"{n}.py").exists()
+                       and n not in {"stage"})
+        assert not clash, f"{package}: {clash} are both exported names and modules"

@@ -21,8 +21,8 @@ from shiftwatch._lazy import lazy_exports
 _LAZY = {
     "StageRunner": ".stage",
     "run_pipeline": ".run",
-    "dedupe": "shiftwatch.deploy.dedupe",
-    "Deduper": "shiftwatch.deploy.dedupe",
+    "dedupe": "shiftwatch.deploy.deduper",
+    "Deduper": "shiftwatch.deploy.deduper",
     "produce_source": ".produce",
     "start_broker": ".broker",
     "stop_broker": ".broker",

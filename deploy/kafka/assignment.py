@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from shiftwatch.deploy.dedupe import Deduper, end_slack
+from shiftwatch.deploy.deduper import Deduper, end_slack
 from shiftwatch.deploy.executor import StageExecutor
 from shiftwatch.deploy.kafka.changelog import ChangelogError
 from shiftwatch.deploy.kafka.checkpoint import PartitionTask, StateLoadError

@@ -7,7 +7,7 @@ until interrupted. Each message is one JSON record (what a stage writes: its out
 input coordinates ``input = {topic, partition, offset, n}``, its dead letters ``origin``).
 
 Duplicates: at-least-once delivery can repeat outputs after a restart, with the same input
-coordinates. They are recognised by :class:`~shiftwatch.deploy.dedupe.Deduper`, one per
+coordinates. They are recognised by :class:`~shiftwatch.deploy.deduper.Deduper`, one per
 partition of the topic read: within one output partition a stage writes each input
 partition's outputs in offset order and a restart writes a contiguous run of them again, so
 an output at or below its input partition's high-water mark is a repeat (memory: one mark per
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from shiftwatch.deploy.dedupe import DUPLICATE, Deduper
+from shiftwatch.deploy.deduper import DUPLICATE, Deduper
 from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.kafka.topics import missing_topic
 from shiftwatch.streams.kafka import learn_ends

@@ -20,7 +20,7 @@ to its offset, so the state never counts a record twice nor misses one.
   checkpoints per partition are in flight (a fourth first waits for the oldest). On
   revoke and shutdown the checkpoint is synchronous (flush, marker, flush, commit). A crash
   replays (and re-produces) at most the records after the last marker; the outputs carry
-  coordinates so duplicates can be dropped (:mod:`shiftwatch.deploy.dedupe`, which a
+  coordinates so duplicates can be dropped (:mod:`shiftwatch.deploy.deduper`, which a
   downstream stage applies to its input by itself).
 * ``exactly-once``: a transactional producer; outputs, dead letters, changelog entries, the
   markers and the consumed offsets go into one transaction committed at each checkpoint;

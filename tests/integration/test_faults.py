@@ -23,7 +23,7 @@ from kafka_helpers import (
 )
 
 from shiftwatch.deploy.cli import main
-from shiftwatch.deploy.dedupe import dedupe
+from shiftwatch.deploy.deduper import dedupe
 from shiftwatch.deploy.kafka.changelog import encode_group, encode_marker
 
 N = 100

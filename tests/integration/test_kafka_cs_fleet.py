@@ -22,7 +22,7 @@ from kafka_helpers import (
     write_pipeline,
 )
 
-from shiftwatch.deploy.dedupe import dedupe
+from shiftwatch.deploy.deduper import dedupe
 from shiftwatch.operators import Keyed, create
 from shiftwatch.operators.state_codec import loads_state
 

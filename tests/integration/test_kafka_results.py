@@ -28,7 +28,7 @@ from kafka_helpers import (
 )
 
 from shiftwatch.deploy.cli import main
-from shiftwatch.deploy.dedupe import coordinates, dedupe
+from shiftwatch.deploy.deduper import coordinates, dedupe
 from shiftwatch.deploy.kafka.consume import ALARM_COLUMNS, OUTPUT_COLUMNS
 from shiftwatch.operators import create
 

@@ -27,7 +27,7 @@ from kafka_helpers import (
 )
 
 from shiftwatch.deploy.cli import main
-from shiftwatch.deploy.dedupe import dedupe
+from shiftwatch.deploy.deduper import dedupe
 from shiftwatch.deploy.kafka.changelog import encode_entry, restore
 from shiftwatch.deploy.kafka.run import run_pipeline
 from shiftwatch.deploy.pipeline import load_pipeline
