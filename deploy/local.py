@@ -396,7 +396,7 @@ class Pipeline:
 
 
 class _InterruptGuard:
-    """Holds SIGINT while a batch is processed and written, then raises it.
+    """Holds SIGINT (and SIGTERM) while a batch is processed and written, then raises it.
 
     Active only in the main thread with Python's default SIGINT handler (elsewhere a
     ``KeyboardInterrupt`` goes where it lands, and the runner still never processes a batch
@@ -406,17 +406,26 @@ class _InterruptGuard:
         self._held = False
         self._pending = False
         self._previous = None
+        self._previous_term = None
 
     def __enter__(self) -> _InterruptGuard:
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
             self._previous = signal.signal(signal.SIGINT, self._handler)
+            # SIGTERM (kill, docker stop, a scheduler's timeout) stops a replay as Ctrl-C
+            # does: the batch at hand is written, every file is finished (no *.tmp left)
+            # and the report says it is partial; without this it ended the process at once
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                self._previous_term = signal.signal(signal.SIGTERM, self._handler)
         return self
 
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
+        if self._previous_term is not None:
+            signal.signal(signal.SIGTERM, self._previous_term)
+            self._previous_term = None
 
     def _handler(self, signum, frame) -> None:
         if self._held:

@@ -53,16 +53,24 @@ __all__ = ["paced", "open_source", "list_sources", "SourceInfo", "SYNTHETIC"]
 # --------------------------------------------------------------------------------------
 
 
+#: The longest single wait of a paced replay (seconds of wall time): a gap in event time
+#: longer than this (one far-future timestamp, a night without data) is shortened to it, and
+#: the clock moves on from there (a single bad ts used to make a replay sleep for months).
+MAX_WAIT_S = 10.0
+
+
 def paced(items: Iterable[Any], speed: float | None = None, *,
           clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep) -> Iterator[Any]:
+          sleep: Callable[[float], None] = time.sleep,
+          max_wait_s: float = MAX_WAIT_S) -> Iterator[Any]:
     """Yield ``items`` as fast as possible, or in event time scaled by ``speed``.
 
     With ``speed`` ``None`` or 0 items pass through unchanged. With ``speed = f > 0`` a
     record with event time ``ts`` is yielded once the wall time since the first timed record
     is about ``(ts - ts0) / f`` (``f = 1`` real time, ``f = 60`` a minute per second).
     Dead letters, non-mapping items and records without a numeric ``ts`` pass at once;
-    a ``ts`` earlier than one already replayed does not wait.
+    a ``ts`` earlier than one already replayed does not wait. One wait is at most
+    ``max_wait_s`` seconds: a longer gap is shortened, and later records are paced from it.
 
     Examples
     --------
@@ -91,6 +99,9 @@ def paced(items: Iterable[Any], speed: float | None = None, *,
                     ts0, wall0 = float(ts), clock()
                 else:
                     delay = (ts - ts0) / speed - (clock() - wall0)
+                    if delay > max_wait_s:  # the gap is shortened: pace on from here
+                        wall0 -= delay - max_wait_s
+                        delay = max_wait_s
                     if delay > 0:
                         sleep(delay)
         yield item

@@ -320,3 +320,33 @@ def test_running_out_of_memory_is_one_line_not_an_internal_error(capsys, tmp_pat
     assert rc == 2 and "internal error" not in err and len(err.strip().splitlines()) == 1
     assert "out of memory (Unable to allocate 7.45 GiB" in err and "evaluation.py" in err
     assert (tmp_path / "r" / "outputs.jsonl").stat().st_size > 0  # what was written stays
+
+
+def test_sigterm_during_a_paced_replay_finishes_the_files_and_says_partial(tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = tmp_path / "s.csv"
+    # one far-future timestamp: a paced replay used to sleep ~10**7 s there
+    rows = [f"{i},{i % 5}" for i in range(100)] + ["1000000000,1"] + \
+        [f"{1000000000 + i},{i % 5}" for i in range(100)]
+    src.write_text("ts,value\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "shiftwatch.deploy.cli", "replay", str(src),
+                             "--source-opt", "ts=ts", "--operator", "river:ADWIN", "--speed",
+                             "1000", "--batch-size", "10", "--out", str(out), "--no-plots",
+                             "--no-progress", "--quiet"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not list(out.glob("*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the replay writes: then it waits at the far-future record
+    time.sleep(1.0)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert not list(out.glob("*.tmp")), list(out.iterdir())
+    report = json.loads((out / "report.json").read_text())
+    assert report["complete"] is False and report["incomplete"]["why"].startswith("interrupted")

@@ -129,3 +129,18 @@ def test_list_sources_covers_every_kind():
     assert specs["synth:wishart"].params["df"] == 11
     assert specs["river:RunLog"].params == {"value": None, "align": "river"}
     assert all(s.summary for s in specs.values())
+
+
+def test_a_paced_replay_caps_a_single_wait_and_paces_on_from_there():
+    from shiftwatch.streams.replay import paced
+
+    now = [0.0]
+    waits = []
+
+    def sleep(s):
+        waits.append(s)
+        now[0] += s
+
+    recs = [{"ts": 0.0}, {"ts": 1.0}, {"ts": 1e9}, {"ts": 1e9 + 2.0}]
+    list(paced(recs, speed=1.0, clock=lambda: now[0], sleep=sleep, max_wait_s=5.0))
+    assert waits == [1.0, 5.0, 2.0]  # one far-future ts costs 5 s, not 31 years
