@@ -771,10 +771,13 @@ def _check_param_ranges(op_name: str, detector: str, values: Mapping[str, Any]) 
         too_low = lo is not None and (v < lo if lo_closed else v <= lo)
         too_high = hi is not None and (v > hi if hi_closed else v >= hi)
         if too_low or too_high or math.isinf(v):
+            def g(x: float) -> str:  # 10,000,000 rather than 1e+07
+                return f"{int(x):,}" if float(x).is_integer() and abs(x) >= 1000 else f"{x:g}"
+
             if hi is None:
-                rng = f">= {lo:g}" if lo_closed else f"> {lo:g}"
+                rng = f">= {g(lo)}" if lo_closed else f"> {g(lo)}"
             else:
-                rng = f"{'[' if lo_closed else '('}{lo:g}, {hi:g}{']' if hi_closed else ')'}"
+                rng = f"{'[' if lo_closed else '('}{g(lo)}, {g(hi)}{']' if hi_closed else ')'}"
                 rng = f"in {rng}"
             raise ValueError(f"{op_name}: {name} must be {rng}, got {v!r}")
     if detector == "KSWIN":

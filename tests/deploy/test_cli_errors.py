@@ -45,7 +45,7 @@ def test_bad_river_param_on_the_command_line_is_one_line_exit_2(capsys, tmp_path
     rc, _, err = _run(capsys, "replay", "synth:gaussian", "--operator", "river:ADWIN",
                       "--param", "clock=0", "--out", str(tmp_path))
     assert rc == 2
-    assert err == "shiftwatch: error: river:ADWIN: clock must be >= 1, got 0\n"
+    assert err == "shiftwatch: error: river:ADWIN: clock must be in [1, 10,000,000], got 0\n"
 
 
 @pytest.mark.parametrize("name,expected", [

@@ -42,7 +42,7 @@ def test_examples_exist():
     (_with(extra=1), "top level: unknown key 'extra'"),
     (_with({"operator": "nope"}), "stages[0] (s): unknown operator 'nope'"),
     (_with({"operator": "standardize", "params": {"burn_in": 1}}),
-     "stages[0] (s): standardize: burn_in must be an integer >= 2"),
+     "stages[0] (s): standardize: burn_in must be an integer in [2, 10,000,000]"),
     (_with({"params": {"deltaa": 1}}), "has no parameter 'deltaa'"),
     (_with({"input": None}), "missing 'input' topic"),
     (_with({"output": "in"}), "input and output are the same topic"),
