@@ -290,7 +290,7 @@ def test_parameters_that_size_memory_are_bounded_in_one_line(capsys, tmp_path):
 
     src = tmp_path / "s.csv"
     src.write_text("value\n" + "".join(f"{i % 7}\n" for i in range(50)))
-    for op, param, words in (("river:ADWIN", "max_buckets=1000000000", "must be in [1, 1000]"),
+    for op, param, words in (("river:ADWIN", "max_buckets=1000000000", "must be in [1, 1,000]"),
                              ("river:KSWIN", "window_size=1000000000000", "window_size must"),
                              ("standardize", "burn_in=1000000000000", "burn_in must be"),
                              ("window_covariance", "window=1000000000000", "window must be"),
