@@ -48,6 +48,8 @@ def dedupe(records: Iterable[Mapping]) -> Iterator[Mapping]:
 
     Records without coordinates pass unchanged.
 
+    Examples
+    --------
     >>> recs = [{"input": {"topic": "t", "partition": 0, "offset": o, "n": 0}, "v": o}
     ...         for o in (0, 1, 2, 1, 2, 3)]
     >>> [r["v"] for r in dedupe(recs)]
@@ -91,6 +93,8 @@ class Deduper:
         ``(topic, partition) -> end offset or None`` (None: unknown, not checked); asked
         only when an offset passes the end last seen for its partition.
 
+    Examples
+    --------
     >>> d = Deduper()
     >>> [d.admit({"input": {"topic": "t", "partition": 0, "offset": o, "n": 0}})
     ...  for o in (0, 1, 2, 1, 2, 3)]

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
+from shiftwatch.deploy.positions import ChangePositions
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.records import DeadLetter, reason_kind
@@ -212,7 +213,7 @@ class Pipeline:
     def __init__(self, source: Iterable, operators: Sequence[Operator], sinks: Sequence = (),
                  dead_letters=None, batch_size: int = 1000, speed: float | None = None,
                  progress: bool = True, keyed: bool = True, metrics=None,
-                 stop_if_all_dead: int | None = ALL_DEAD_FIRST):
+                 stop_if_all_dead: int | None = ALL_DEAD_FIRST, change_positions: bool = True):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if speed is not None and speed < 0:
@@ -227,6 +228,7 @@ class Pipeline:
         self.progress = progress
         self.metrics = metrics
         self.stop_if_all_dead = stop_if_all_dead
+        self.change_positions = change_positions
 
     # ------------------------------------------------------------------------------
 
@@ -249,6 +251,10 @@ class Pipeline:
                    or "the source")
         self._rejections = _RejectionCheck(self.stop_if_all_dead, what)
         opened: list = []
+        self._positions = ChangePositions() if self.change_positions else None
+        for sink in self.sinks:
+            if hasattr(sink, "change_at_positions"):
+                sink.change_at_positions = self.change_positions
         bar = None
         start = time.perf_counter()
         guard = _InterruptGuard()
@@ -371,6 +377,9 @@ class Pipeline:
 
     def _write(self, result) -> None:
         self._write_dead(result.dead_letters)
+        if self._positions is not None:
+            self._positions.inputs(result.inputs)
+            self._positions.outputs(result.outputs)
         for sink in self.sinks:
             if getattr(sink, "wants_inputs", False):
                 sink.write_inputs(result.inputs)

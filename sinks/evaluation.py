@@ -13,6 +13,10 @@ a position through the key's detector outputs: ``change_at = j`` is the position
 dead-lettered. This assumes the sink saw the key's outputs from the detector's start (a
 replay); a ``change_at`` beyond the outputs seen is left out and counted as
 ``unmatched_locations``.
+A replay (:class:`~shiftwatch.deploy.local.Pipeline`) maps ``change_at`` to that position
+itself before any sink sees it (:mod:`~shiftwatch.deploy.positions`), so that every output
+file and the console say the same number, and sets :attr:`EvaluationSink.change_at_positions`;
+the sink then takes ``change_at`` as the position.
 
 **Scale.** A replay may hold a million keys. The sink keeps what it needs of each record in
 typed columns (a few dozen bytes per record, not a dict), computes positions, alarms and
@@ -174,6 +178,9 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
 
     wants_inputs = True
     wants_dead_letters = True
+    #: ``change_at`` is already a position among the key's inputs (set by the replay runner,
+    #: :mod:`~shiftwatch.deploy.positions`); False: the detector's count of its records.
+    change_at_positions = False
 
     def __init__(
         self,

@@ -4,7 +4,8 @@ evaluation sink keeps (:class:`~shiftwatch.sinks.evaluation.EvaluationSink`).
 Positions are 0-based positions in each key's own series. An output's position is the
 position of the first input of the same key and offset; a key without inputs counts its
 outputs (outputs sharing an offset share a position). A detector's ``change_at = j`` is the
-position of the key's ``j``-th detector output (one per record the detector accepted).
+position of the key's ``j``-th detector output (one per record the detector accepted), unless
+the sink's ``change_at_positions`` says a replay runner already mapped it to a position.
 Everything is computed with NumPy over the whole run, so a million keys cost seconds.
 """
 
@@ -110,13 +111,20 @@ class Fleet:
         np.cumsum(d_count[:-1], out=d_start[1:])
         self.locates = np.bincount(out_key[det & (self.change_at != -1)],
                                    minlength=n_keys) > 0
-        # change_at = j: the position of the key's j-th detector output.
-        loc_rows = np.flatnonzero((self.alarm == 1) & (self.change_at >= 0))
-        lk, j = out_key[loc_rows], self.change_at[loc_rows]
-        ok = j < d_count[lk]
-        p = np.full(len(loc_rows), -1, dtype=np.int64)
-        if ok.any():
-            p[ok] = out_pos[det_rows[d_start[lk[ok]] + j[ok]]]
+        if getattr(sink, "change_at_positions", False):
+            # The runner already made change_at a position among the key's inputs
+            # (deploy/positions.py); one it could not map came as None (-2 here).
+            loc_rows = np.flatnonzero((self.alarm == 1) & (self.change_at != -1))
+            lk, p = out_key[loc_rows], self.change_at[loc_rows].copy()
+            p[p >= self.n[lk]] = -1
+        else:
+            # change_at = j: the position of the key's j-th detector output.
+            loc_rows = np.flatnonzero((self.alarm == 1) & (self.change_at >= 0))
+            lk, j = out_key[loc_rows], self.change_at[loc_rows]
+            ok = j < d_count[lk]
+            p = np.full(len(loc_rows), -1, dtype=np.int64)
+            if ok.any():
+                p[ok] = out_pos[det_rows[d_start[lk[ok]] + j[ok]]]
         self.unmatched_locations = np.bincount(lk[p < 0], minlength=n_keys)
         self.located, self.l_start, self.l_count = _pairs(lk[p >= 0], p[p >= 0], n_keys)
 

@@ -80,6 +80,8 @@ class KafkaSource(Source):
     client
         Further kafka-python settings (security: ``security_protocol``, ``sasl_*``, ``ssl_*``).
 
+    Notes
+    -----
     Partitions are read one after another, each in offset order, so every key's records come
     in the order they were written. Each record gets ``meta.kafka`` = its topic, partition,
     offset and timestamp. Messages are decoded by

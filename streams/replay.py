@@ -235,6 +235,8 @@ gaussian-variance, beta, wishart, grassmann
 def list_sources() -> list[SourceInfo]:
     """Every spec :func:`open_source` accepts, with a summary and the options.
 
+    Examples
+    --------
     >>> [s.spec for s in list_sources()][:3]
     ['FILE.csv', 'FILE.jsonl', 'river:AirlinePassengers']
     """

@@ -135,6 +135,8 @@ _TCPD_ALIGN = {"BrentSpotPrice": "every 10th row from the first of 2000 (500 row
 def drift_dataset_names() -> list[str]:
     """The change-point datasets in ``river.drift.datasets``.
 
+    Examples
+    --------
     >>> drift_dataset_names()[:3]
     ['AirlinePassengers', 'Apple', 'Bitcoin']
     """

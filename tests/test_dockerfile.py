@@ -1,7 +1,7 @@
 """The Dockerfile's install, reproduced without a Docker daemon: its build context rebuilt from
 ``.dockerignore`` and its COPY lines, its pip lines run, and every operator created and the
 example pipeline's operators run from what it installed. The Kubernetes and Compose files name
-the image's command and the probes the README documents."""
+the image's command and the probes the README and the docs pages document."""
 
 from __future__ import annotations
 
@@ -190,7 +190,9 @@ def _stage_commands() -> dict[str, list[str]]:
 
 
 def test_compose_and_kubernetes_run_the_command_and_probes_the_readme_names():
-    readme = (ROOT / "README.md").read_text()
+    # the README and the docs pages it links to (the operations page holds the probes)
+    readme = "\n".join(p.read_text() for p in [ROOT / "README.md",
+                                              *sorted((ROOT / "docs").rglob("*.md"))])
     commands = _stage_commands()
     assert commands
     for where, argv in commands.items():

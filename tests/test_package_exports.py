@@ -285,10 +285,11 @@ def test_nothing_imports_the_folders_by_their_bare_names():
             for n, line in enumerate(path.read_text().splitlines(), 1):
                 if bare.match(line):
                     found.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
-    for path in [root / "README.md", root / "DEVELOPERS.md"]:
+    docs = sorted((root / "docs").rglob("*.md"))
+    for path in [root / "README.md", root / "DEVELOPERS.md", *docs]:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if bare.match(line):
-                found.append(f"{path.name}:{n}: {line.strip()}")
+                found.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
 
 

@@ -1,8 +1,11 @@
-"""The README's examples run as written: its Python snippets that make files, then every
-`shiftwatch replay` / `calibrate` command it shows (the Kafka ones are the integration tests'),
-in a scratch directory where the repository's `deploy/` and `benchmarks/` are at hand; a
-command shown with its output (`$ shiftwatch ...`) must print that output, numbers included,
-but for timings.
+"""The documentation's examples run as written: README.md, then every page of the docs site in
+the order of its nav (`mkdocs.yml`; pages it includes with `--8<--` read in place), so an
+example moved from one page to another stays tested. Python snippets that make files run,
+then every `shiftwatch replay` / `calibrate` command shown (the Kafka ones are the integration
+tests'), in a scratch directory where the repository's `deploy/` and `benchmarks/` are at hand;
+a command shown with its output (`$ shiftwatch ...`) must print that output, numbers included,
+but for timings; so must every `$ shiftwatch ... --help` (at 80 columns). An example shown on
+two pages runs once.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
 
 #: Wall times and rates vary from run to run; everything else must match.
 _TIMING = [
@@ -23,11 +27,41 @@ _TIMING = [
     (re.compile(r"\d+(\.\d+)? s\b"), "T s"),
 ]
 
+#: The commands whose examples run (with their shown output, when shown).
+_RUNS = re.compile(r"shiftwatch (replay|calibrate) |python benchmarks/"
+                   r"|shiftwatch( [a-z]+)? --help$")
 
-def _blocks() -> list[tuple[str, str]]:
+
+def _nav_pages(nav) -> list[str]:
+    out: list[str] = []
+    for item in nav:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            for value in item.values():
+                out += _nav_pages(value) if isinstance(value, list) else [value]
+    return out
+
+
+def doc_pages() -> list[Path]:
+    """README.md, then the docs pages in nav order, then any page the nav misses."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    docs = ROOT / config.get("docs_dir", "docs")
+    pages = [docs / p for p in _nav_pages(config["nav"])]
+    rest = sorted(p for p in docs.rglob("*.md") if p not in pages)
+    return [ROOT / "README.md", *pages, *rest]
+
+
+def page_text(path: Path) -> str:
+    """A page as the site renders it: `--8<-- "FILE"` lines replaced by the file."""
+    return re.sub(r'^--8<-- "([^"]+)"$', lambda m: (ROOT / m.group(1)).read_text(),
+                  path.read_text(), flags=re.M)
+
+
+def _blocks(text: str) -> list[tuple[str, str]]:
     """(language, text) of every fenced block, in order."""
     return [(m.group(1), m.group(2)) for m in
-            re.finditer(r"^```(\w*)\n(.*?)^```", README, re.S | re.M)]
+            re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)]
 
 
 def _commands(text: str) -> list[tuple[str, list[str] | None]]:
@@ -40,7 +74,7 @@ def _commands(text: str) -> list[tuple[str, list[str] | None]]:
         line = lines[i]
         shown = line.startswith("$ ")
         cmd = line[2:] if shown else line
-        if not re.match(r"(shiftwatch (replay|calibrate) |python benchmarks/)", cmd):
+        if not _RUNS.match(cmd):
             i += 1
             continue
         while cmd.rstrip().endswith("\\") and i + 1 < len(lines):
@@ -58,18 +92,27 @@ def _commands(text: str) -> list[tuple[str, list[str] | None]]:
     return out
 
 
-def _examples() -> list[tuple[str, str, list[str] | None]]:
-    """('python', code, None) and ('command', cmd, expected) in README order."""
-    out = []
-    for lang, text in _blocks():
-        if lang in ("py", "python"):
-            out.append(("python", text, None))
-        elif lang in ("bash", "text"):
-            for cmd, expected in _commands(text):
-                if "kafka:" in cmd or "SOURCE" in cmd or "[" in cmd.split()[1]:
-                    continue
-                out.append(("command", cmd, expected))
-    return out
+def _examples(pages: list[Path] | None = None) -> list[tuple[str, str, list[str] | None]]:
+    """('python', code, None) and ('command', cmd, expected) in page order, each once."""
+    out, seen = [], set()
+    for page in doc_pages() if pages is None else pages:
+        for lang, text in _blocks(page_text(page)):
+            found = []
+            if lang in ("py", "python"):
+                found.append(("python", text, None))
+            elif lang in ("bash", "text"):
+                for cmd, expected in _commands(text):
+                    if "kafka:" in cmd or "SOURCE" in cmd or "[" in cmd.split()[1]:
+                        continue
+                    found.append(("command", cmd, expected))
+            for example in found:
+                key = (example[0], example[1], tuple(example[2] or ()))
+                if key not in seen:
+                    seen.add(key)
+                    out.append(example)
+    # a command shown without its output on one page and with it on another runs once
+    shown = {text for kind, text, expected in out if kind == "command" and expected is not None}
+    return [e for e in out if not (e[0] == "command" and e[2] is None and e[1] in shown)]
 
 
 def _normal(text: str) -> list[str]:
@@ -84,18 +127,23 @@ def _normal(text: str) -> list[str]:
 _SKIP_PYTHON = ("KafkaProducer", "from shiftwatch import EvaluationSink")
 
 
-def test_the_readme_has_examples_to_run():
+def test_the_docs_have_examples_to_run():
     kinds = [k for k, _, _ in _examples()]
-    assert kinds.count("command") >= 8 and kinds.count("python") >= 3
+    assert kinds.count("command") >= 18 and kinds.count("python") >= 3
+    # the README's quickstart: a replay shown with its output, and a Python snippet
+    readme = _examples([ROOT / "README.md"])
+    assert any(k == "command" and shown for k, _, shown in readme)
+    assert any(k == "python" for k, _, _ in readme)
 
 
-def test_every_readme_example_runs_verbatim(tmp_path):
+def test_every_doc_example_runs_verbatim(tmp_path):
     for name in ("deploy", "benchmarks"):
         (tmp_path / name).symlink_to(ROOT / name)
-    env = {**os.environ, "MPLBACKEND": "Agg"}
+    # argparse wraps --help at the terminal's width: the pages show it at 80 columns
+    env = {**os.environ, "MPLBACKEND": "Agg", "COLUMNS": "80"}
     failures = []
     examples = _examples()
-    # The README shows some outputs before the snippet that made their input ("The log was
+    # The pages show some outputs before the snippet that made their input ("The log was
     # made with:"): snippets run first, and one that needs a command's files runs again
     # after the commands.
     snippets = [text for kind, text, _ in examples
@@ -122,7 +170,7 @@ def test_every_readme_example_runs_verbatim(tmp_path):
         if expected is not None:
             shown, got = _normal("\n".join(expected)), _normal(proc.stdout)
             if shown != got:
-                failures.append(f"{text}\nREADME shows:\n" + "\n".join(shown)
+                failures.append(f"{text}\nthe docs show:\n" + "\n".join(shown)
                                 + "\nit prints:\n" + "\n".join(got))
     for text in later:
         proc = run_python(text)
@@ -131,17 +179,14 @@ def test_every_readme_example_runs_verbatim(tmp_path):
     assert not failures, "\n\n".join(failures)
 
 
-def test_every_readme_pipeline_parses(monkeypatch):
-    # The README's YAML blocks that are whole pipelines (a `stages:` list) load as pipelines
-    # (YAML and the settings both: a flow mapping with "{stage}" in it must be quoted).
-    import re
-
-    import yaml
-
+def test_every_doc_pipeline_parses(monkeypatch):
+    # The YAML blocks of README.md and the docs that are whole pipelines (a `stages:` list)
+    # load as pipelines (YAML and the settings both: a flow mapping with "{stage}" in it
+    # must be quoted).
     from shiftwatch.deploy.pipeline import parse_pipeline
 
-    blocks = re.findall(r"^```yaml\n(.*?)^```", README, re.S | re.M)
-    pipelines = [b for b in blocks if re.search(r"^stages:", b, re.M)]
+    pipelines = [text for page in doc_pages() for lang, text in _blocks(page_text(page))
+                 if lang == "yaml" and re.search(r"^stages:", text, re.M)]
     assert pipelines
     monkeypatch.setenv("KAFKA_BOOTSTRAP", "localhost:9092")
     for text in pipelines:

@@ -40,6 +40,7 @@ from shiftwatch.operators.confseq.kernels import (
     S_N,
     S_NBURN,
     S_SCALE,
+    S_SEEN,
     S_TSHI,
     S_TSLO,
     S_UPPER,
@@ -71,7 +72,8 @@ BET_LAMBDAS = 4.0 * 0.5 ** np.arange(8)
 QUANTILE_LAMBDAS = 0.5 ** np.arange(6)
 _LOG_PI2_6 = math.log(math.pi ** 2 / 6.0)
 #: Entries appended to a ``_scalars`` / ``_last`` of an earlier release's length.
-_OLD_LENGTHS = {"_scalars": {10: [0.0, 0.0, np.nan, np.nan], 12: [np.nan, np.nan]},
+_OLD_LENGTHS = {"_scalars": {10: [0.0, 0.0, np.nan, np.nan, np.nan], 12: [np.nan] * 3,
+                             14: [np.nan]},
                 "_last": {3: [-1.0, np.nan], 4: [np.nan]}}
 #: update_many runs the kernel over chunks of this many values.
 _CHUNK = 1 << 15
@@ -658,6 +660,24 @@ class ConfSeqDetector(RiverDriftDetector):
         (``lower > upper``, or equal edges for the grid-based CSs) right after an alarm.
         """
         return float(self._last[1]), float(self._last[2])
+
+    @property
+    def change_at(self) -> int | None:
+        """At an alarm, the position of the first changed value: 0-based, counted in the
+        values this detector has taken (from its construction; a state restored from
+        :meth:`state_dict` keeps counting), the meaning ``change_at`` has on every detector
+        of shiftwatch (:attr:`ShapeDetector.change_at
+        <shiftwatch.operators.shape.ShapeDetector.change_at>`,
+        :attr:`KarcherDetector.change_at
+        <shiftwatch.operators.riemannian.KarcherDetector.change_at>`) and in the operators'
+        outputs. None without an alarm, where :attr:`change_lag` is None, and for a state
+        written before detectors counted their values (shiftwatch 0.1.0).
+        """
+        lag = self.change_lag
+        seen = float(self._scalars[S_SEEN])
+        if lag is None or not math.isfinite(seen):
+            return None
+        return int(seen) - 1 - lag
 
     @property
     def change_lag(self) -> int | None:

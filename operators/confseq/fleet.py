@@ -147,7 +147,7 @@ class ConfSeqFleet:
         self._det_encoded: dict | None = None  # its entries encoded (slot_state_encoded)
         self._grid = det._grid
         self._burn_cfg = det._burn_cfg.copy()
-        self._scal0 = det._scalars.copy()
+        self._scal0 = det._scalars[:C_WALK].copy()  # S_SEEN: the record count (C_COUNT)
         self._n_burn = det._burn.shape[0]
         # A reader for a new key (shape not fixed) and one for a scalar key.
         self._probe_new = template.clone()
@@ -538,7 +538,7 @@ class ConfSeqFleet:
         """The detector state entries slot ``k`` fills in (new arrays); the others are a
         fresh detector's (``_det_state``)."""
         fresh = self._det_state
-        scal = self._scal[k].copy()
+        scal = np.r_[self._scal[k], self._count[k]]  # S_SEEN: the key's record count
         b = int(self._brow[k])  # past the burn-in its values are unused: zeros stand in
         burn = self._burn[b].copy() if b >= 0 else np.zeros(self._n_burn)
         h = self._size[k]
@@ -632,7 +632,7 @@ class ConfSeqFleet:
         k = self._slot.get(key)
         if k is None:
             k = self._new_slot(key)
-        self._scal[k] = det._scalars
+        self._scal[k] = det._scalars[:C_WALK]
         b = int(self._brow[k])
         if det._scalars[S_NBURN] < det._scalars[S_BURN]:  # in its burn-in: a row
             if b < 0:

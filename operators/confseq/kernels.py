@@ -41,7 +41,8 @@ __all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "
            "HULL_STATE", "BETTING_STATE", "M_FLAG", "M_PFA", "M_LAYOUT",
            "M_HULL_SIZE",
            "S_N", "S_LOWER", "S_UPPER", "S_SUM", "S_ALARM", "S_NBURN", "S_CENTER", "S_SCALE",
-           "S_VAR", "S_BURN", "S_ARGLO", "S_ARGHI", "S_TSLO", "S_TSHI", "N_SCALARS", "OUT_ROWS",
+           "S_VAR", "S_BURN", "S_ARGLO", "S_ARGHI", "S_TSLO", "S_TSHI", "S_SEEN", "N_SCALARS",
+           "OUT_ROWS",
            "B_EFFECTIVE", "B_BATCHES", "B_LEVELS", "B_FIRST", "N_BURN_CFG"]
 
 # Layout of the scalar state vector shared by both kernels.
@@ -59,7 +60,8 @@ S_ARGLO = 10   # hull CSs: run index of the start whose CS attains the max lower
 S_ARGHI = 11   # hull CSs: run index of the start whose CS attains the min upper bound
 S_TSLO = 12    # hull CSs: ts of the start S_ARGLO (NaN: none)
 S_TSHI = 13    # hull CSs: ts of the start S_ARGHI
-N_SCALARS = 14
+S_SEEN = 14    # values taken since the start (NaN: unknown, a state of an earlier release)
+N_SCALARS = 15
 
 # Single-value path (``update``): every array of a detector lives in one int64 allocation (the
 # meta block, then a float64 buffer stored bit for bit), so that a call from Python passes two
@@ -371,6 +373,7 @@ def cs_hull_run(xs, start, bernstein, pfa, grid, hull_x, hull_y, hull_size, walk
     i = start
     while i < xs.shape[0]:
         x = xs[i]
+        scal[S_SEEN] += 1.0
         if scal[S_ALARM] != 0.0:  # restart after an alarm, as River detectors do
             scal[S_ALARM] = 0.0
             scal[S_N] = 0.0
@@ -592,6 +595,7 @@ def cs_betting_run(xs, start, quantile, p, pfa, theta, lam_plus, lam_minus, log_
     i = start
     while i < xs.shape[0]:
         x = xs[i]
+        scal[S_SEEN] += 1.0
         if scal[S_ALARM] != 0.0:
             scal[S_ALARM] = 0.0
             scal[S_N] = 0.0

@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from shiftwatch.operators.drift_detector import RiverDriftDetector, refuse_text
+from shiftwatch.operators.locate import ValueWindow, mean_change_split
 from shiftwatch.operators.riemannian.base import Manifold
 from shiftwatch.operators.riemannian.grassmann import grassmann_dist, grassmann_step
 from shiftwatch.operators.riemannian.linalg import (
@@ -35,7 +36,7 @@ from shiftwatch.operators.riemannian.spd import (
     spd_retract,
 )
 from shiftwatch.operators.riemannian.sphere import sphere_dist, sphere_step
-from shiftwatch.records import BadInput
+from shiftwatch.records import MAX_WINDOW, BadInput
 
 __all__ = ["KarcherDetector", "calibrate_threshold", "THRESHOLD_MODES"]
 
@@ -282,11 +283,22 @@ class KarcherDetector(RiverDriftDetector):
         times its stationary level near t = 30 (SPD(8) Wishart, mean of 100 runs) and the
         threshold, from 0, carries that for about 1/a samples. After 400 samples the two
         agree (the paper's levels and MDD-vs-ARL are unchanged, issue 23).
+    locate_window
+        0 (default): the detector does not locate its changes. ``n >= 2``: it keeps the
+        last ``n`` samples (since the previous located change) and an alarm sets
+        :attr:`change_at`, the split of those samples where they go from sitting about
+        equally near ``P0`` and ``P1`` to nearer ``P1`` (Hinkley's mean split of
+        ``d(P0, X) - d(P1, X)``, the ``karcher`` operator's rule, which gives the same
+        positions). :meth:`update_many` then runs sample by sample.
 
     Attributes
     ----------
     statistic
         The last ``g_t``.
+    change_at
+        At an alarm with ``locate_window``, the position (0-based, among the samples this
+        detector has taken) of the first changed sample; else None. The same meaning as
+        ``ShapeDetector.change_at`` and ``ConfSeqDetector.change_at``.
     threshold_value
         The threshold ``g`` was last compared with (None before it exists).
 
@@ -316,7 +328,8 @@ class KarcherDetector(RiverDriftDetector):
                  step_fast: float = 0.02, threshold: float | str = "adaptive",
                  burn_in: int | None = None, update: str = "exp", adapt_rate: float = 0.005,
                  adapt_k: float = 1.64, target_arl: float = 1000.0, calibration: int = 500,
-                 reset_on_alarm: bool = True, warm_start: bool = True):
+                 reset_on_alarm: bool = True, warm_start: bool = True,
+                 locate_window: int = 0):
         self.manifold = manifold
         self.step_slow = step_slow
         self.step_fast = step_fast
@@ -329,6 +342,7 @@ class KarcherDetector(RiverDriftDetector):
         self.calibration = calibration
         self.reset_on_alarm = reset_on_alarm
         self.warm_start = warm_start
+        self.locate_window = locate_window
         self._validate_params()
         super().__init__()
         self._reset()
@@ -340,7 +354,8 @@ class KarcherDetector(RiverDriftDetector):
                 "burn_in": self.burn_in, "update": self.update_rule,
                 "adapt_rate": self.adapt_rate, "adapt_k": self.adapt_k,
                 "target_arl": self.target_arl, "calibration": self.calibration,
-                "reset_on_alarm": self.reset_on_alarm, "warm_start": self.warm_start}
+                "reset_on_alarm": self.reset_on_alarm, "warm_start": self.warm_start,
+                "locate_window": self.locate_window}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._get_params().items())
@@ -367,6 +382,10 @@ class KarcherDetector(RiverDriftDetector):
                 math.isfinite(h) and h > 0):
             raise ValueError(f"threshold must be a positive number or one of "
                              f"{', '.join(map(repr, THRESHOLD_MODES))}, got {h!r}")
+        lw = self.locate_window
+        if isinstance(lw, bool) or not isinstance(lw, int) or lw == 1 or not 0 <= lw <= MAX_WINDOW:
+            raise ValueError(f"locate_window must be 0 (no locating) or an integer in "
+                             f"2..{MAX_WINDOW:,}, got {lw!r}")
         if self.burn_in is not None and (isinstance(self.burn_in, bool)
                                          or not isinstance(self.burn_in, int)
                                          or self.burn_in < 1):
@@ -414,6 +433,9 @@ class KarcherDetector(RiverDriftDetector):
             else None
         self._calib = np.zeros(0)
         self._restart = False
+        self._count = 0  # samples taken since the construction (positions of change_at)
+        self._window: ValueWindow | None = None
+        self._change_at: int | None = None
 
     # ---- geometry -------------------------------------------------------------------
 
@@ -572,8 +594,33 @@ class KarcherDetector(RiverDriftDetector):
             self._restart, self._p0, self._p1, self._n, self._shape, self._seen = before
             raise BadInput(OVERFLOW_REASON)
         self._drift_detected = self._judge(float(g[0]))
+        self._count += 1
+        self._change_at = None
+        if self.locate_window:
+            if self._window is None:
+                self._window = ValueWindow(self.locate_window, int(point.size))
+                self._window._count = self._count - 1
+            self._window.push(point.reshape(-1))
+            if self._drift_detected:
+                self._change_at = self._locate()
         if self._drift_detected and self.reset_on_alarm:
             self._restart = True
+
+    @property
+    def change_at(self) -> int | None:
+        """Where the change just detected began (see ``locate_window``), else None."""
+        return self._change_at
+
+    def _locate(self) -> int:
+        w = self._window
+        pts = w.values().reshape((len(w), *self._shape))
+        kind = self.geometry.kind
+        # Pre-change points sit about equally near both estimates, post-change ones nearer
+        # the fast one.
+        score = point_distances(kind, self._p0, pts) - point_distances(kind, self._p1, pts)
+        at = w.start + mean_change_split(score)[0]
+        w.drop_before(at)
+        return int(at)
 
     def update_many(self, xs: np.ndarray, stop_at_alarm: bool = False,
                     stop_at_overflow: bool = False,
@@ -598,6 +645,20 @@ class KarcherDetector(RiverDriftDetector):
         g_all = np.zeros(len(xs))
         alarms = np.zeros(len(xs), dtype=bool)
         hs = np.full(len(xs), np.nan)
+        if self.locate_window:  # locating needs the estimates at each alarm: one by one
+            for t in range(len(xs)):
+                try:
+                    self.update(xs[t])
+                except BadInput:
+                    if stop_at_overflow:
+                        return g_all[:t], alarms[:t], hs[:t]
+                    raise
+                g_all[t], alarms[t] = self._g, self._drift_detected
+                if self._h is not None:
+                    hs[t] = self._h
+                if stop_at_alarm and alarms[t]:
+                    return g_all[:t + 1], alarms[:t + 1], hs[:t + 1]
+            return g_all, alarms, hs
         i = 0
         while i < len(xs):
             self._start_over_if_needed()
@@ -634,9 +695,11 @@ class KarcherDetector(RiverDriftDetector):
                     break
             else:
                 if bad is not None:  # no alarm before the point that would overflow
+                    self._count += stop - i
                     if stop_at_overflow:
                         return g_all[:stop], alarms[:stop], hs[:stop]
                     raise BadInput(f"{OVERFLOW_REASON} (point {stop} of {len(xs)})")
+            self._count += stop - i
             i = stop
             if stop_at_alarm and alarms[i - 1]:
                 return g_all[:i], alarms[:i], hs[:i]
@@ -677,7 +740,9 @@ class KarcherDetector(RiverDriftDetector):
                 "n": self._n, "seen": self._seen, "g": self._g, "mean": self._mean,
                 "second": self._second, "weight": self._weight,
                 "h": self._h, "calib": self._calib.copy(), "restart": self._restart,
-                "drift": self._drift_detected}
+                "drift": self._drift_detected, "count": self._count,
+                "change_at": self._change_at,
+                "window": None if self._window is None else self._window.state_dict()}
 
     def load_state_dict(self, state: Mapping) -> None:
         self._reset()
@@ -695,3 +760,10 @@ class KarcherDetector(RiverDriftDetector):
         self._calib = np.array(state["calib"], dtype=np.float64)
         self._restart = bool(state["restart"])
         self._drift_detected = bool(state["drift"])
+        # (states written before the detector counted and located: from 0, nothing kept)
+        self._count = int(state.get("count", 0))
+        at = state.get("change_at")
+        self._change_at = None if at is None else int(at)
+        window = state.get("window")
+        if window is not None and self.locate_window:
+            self._window = ValueWindow.from_state_dict(window)

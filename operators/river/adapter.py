@@ -138,6 +138,8 @@ def _river_detectors() -> dict[str, type]:
 def river_detector_names() -> list[str]:
     """The River detectors the adapter runs, e.g. ``['ADWIN', 'DDM', ...]``.
 
+    Examples
+    --------
     >>> river_detector_names()[:4]
     ['ADWIN', 'DDM', 'DummyDriftDetector', 'EDDM']
     """

@@ -261,3 +261,62 @@ def test_a_run_stopped_early_says_so_in_report_json_and_html(tmp_path, capsys, m
 def test_a_complete_run_says_so(tmp_path, capsys):
     report, _, _ = replay(tmp_path, capsys, {"*": []}, "--operator", "river:ADWIN")
     assert report["complete"] is True and "incomplete" not in report
+
+
+def test_change_at_counts_the_labels_positions_after_a_stage_that_drops_records(tmp_path,
+                                                                                  capsys):
+    """Issue 34 (4): window_covariance window=50 emits nothing for a key's first 49 records;
+    karcher after it counts its own records. The table, outputs.jsonl and keys.jsonl must all
+    say the position among the key's inputs, the numbering the labels use."""
+    rng = np.random.default_rng(3)
+    lines = []
+    for i in range(3000):
+        for key, at in (("m1", 2000), ("m2", 1500)):
+            scale = np.array([1.0, 1.0]) if i < at else np.array([4.0, 0.3])
+            v = rng.normal(0, 1, 2) * scale
+            lines.append(json.dumps({"key": key, "value": v.round(4).tolist()}))
+    src = tmp_path / "m.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    lab = tmp_path / "labels.json"
+    lab.write_text(json.dumps({"m1": [2000], "m2": [1500]}))
+    out = tmp_path / "run"
+    rc = main(["replay", str(src), "--source-opt", "key=key",
+               "--operator", "window_covariance", "--param", "window=50",
+               "--operator", "karcher", "--labels", str(lab), "--out", str(out),
+               "--no-plots", "--no-progress"])
+    stdout = capsys.readouterr().out
+    assert rc == 0
+    outs = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
+    keys = {json.loads(x)["key"]: json.loads(x)
+            for x in (out / "keys.jsonl").read_text().splitlines()}
+    # the same chain through the Python API, change_at left as the detector counted it
+    from shiftwatch.deploy.local import Pipeline
+    from shiftwatch.operators import create
+
+    class Keep:
+        def __init__(self):
+            self.records = []
+        open = flush = close = lambda self: None  # noqa: E731
+        def write(self, records):
+            self.records.extend(records)
+        def summary(self):
+            return {}
+
+    keep = Keep()
+    Pipeline([json.loads(x) for x in lines], [create("window_covariance", window=50),
+                                             create("karcher")], [keep], progress=False,
+             change_positions=False).run()
+    for key in ("m1", "m2"):
+        located = [o["change_at"] for o in outs if o["key"] == key and o.get("alarm")]
+        assert len(located) >= 3, key
+        assert keys[key]["located"] == sorted(set(located))
+    # karcher counts only the records window_covariance emitted: 49 fewer per key
+    assert [o["change_at"] for o in outs if o.get("alarm")] == [
+        o["change_at"] + 49 for o in keep.records if o.get("alarm")]
+    # the console's alarm table says the same numbers as outputs.jsonl
+    rows = [line.split() for line in stdout.splitlines() if line.startswith(("m1 ", "m2 "))]
+    assert rows
+    by_offset = {o["offset"]: o["change_at"] for o in outs if o.get("alarm")}
+    for row in rows:
+        assert int(row[3]) == by_offset[int(row[1])], row
+    assert min(abs(p - 2000) for p in keys["m1"]["located"]) < 25

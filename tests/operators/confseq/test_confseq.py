@@ -723,3 +723,45 @@ def test_states_of_the_marginal_burn_in_restore_into_the_long_run_scale():
                 assert new.state_dict()["_scalars"][s] == old.state_dict()["_scalars"][s]
         for x in xs[seen:]:
             new.update(float(x))  # and it runs on
+
+
+def test_change_at_has_the_meaning_it_has_on_shape_and_in_outputs():
+    """Issue 34 (11): one name for a located change on the detectors' Python API: the
+    position of the first changed value among the values the detector took, the same on
+    ConfSeqDetector as on ShapeDetector and as ``change_at`` in the operator's outputs; it
+    survives a state_dict round trip, and a state without the count says None."""
+    from shiftwatch.operators import create
+
+    rng = np.random.default_rng(5)
+    x = np.r_[rng.normal(0, 1, 700), rng.normal(1.5, 1, 700)]
+    det = ConfSeqDetector()
+    located = []
+    for i, v in enumerate(x):
+        det.update(float(v))
+        if det.drift_detected:
+            assert det.change_at == i - det.change_lag
+            located.append(det.change_at)
+        else:
+            assert det.change_at is None
+    assert located and abs(located[0] - 700) < 60
+    op = create("cs")
+    outs = op.process_batch([{"value": float(v)} for v in x])
+    assert [o["change_at"] for o in outs if o["alarm"]] == located
+    # restored half way, the count goes on
+    half = ConfSeqDetector()
+    half.update_many(x[:650])
+    probe = ConfSeqDetector()
+    probe.load_state_dict(half.state_dict())
+    first = int(probe.update_many(x[650:])[0])  # the first alarm after the restore
+    again = ConfSeqDetector()
+    again.load_state_dict(half.state_dict())
+    again.update_many(x[650:651 + first])  # ends with that alarm
+    assert again.drift_detected and again.change_at is not None
+    assert 650 + first - again.change_lag == again.change_at
+    # a state written before the count (14 scalars) restores with change_at unknown
+    old = half.state_dict()
+    old["_scalars"] = old["_scalars"][:14]
+    legacy = ConfSeqDetector()
+    legacy.load_state_dict(old)
+    legacy.update_many(x[650:651 + first])
+    assert legacy.change_lag is not None and legacy.change_at is None
