@@ -439,7 +439,7 @@ def short_arms(in_dim: int, n_classes: int, seed: int) -> dict[str, HareTortoise
         # The reference: a 256-256 MLP, AdamW lr 1e-3 (torch's default weight decay),
         # test-then-train in micro-batches of 32, no replay, no clipping.
         "plain MLP": HareTortoise(**base, method="warm", buffer_size=0, clip_norm=None,
-                                  weight_decay=0.01),
+                                  weight_decay=0.01, reset_on=None),
         "hare-tortoise (defaults)": HareTortoise(**base),
         "hare-tortoise, fixed m (ema_warmup=None)": HareTortoise(**base, ema_warmup=None),
     }

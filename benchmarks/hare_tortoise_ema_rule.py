@@ -70,7 +70,7 @@ def short(rules: list[str]) -> None:
             order = np.random.default_rng([seed, 21]).permutation(len(y))[:n]
             base = {"in_dim": x.shape[1], "n_classes": 10, "seed": seed}
             plain = HareTortoise(**base, method="warm", buffer_size=0, clip_norm=None,
-                                 weight_decay=0.01)
+                                 weight_decay=0.01, reset_on=None)
             p = prequential(plain, x[order], y[order])[n // 2:].mean()
             for r in rules:
                 h = prequential(rule(r)(**base), x[order], y[order])[n // 2:].mean()

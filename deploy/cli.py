@@ -22,6 +22,7 @@ import yaml
 from shiftwatch.deploy.catalog import cmd_operators, cmd_sources
 from shiftwatch.deploy.console import print_failed, print_scores
 from shiftwatch.deploy.errors import UserError, user_input
+from shiftwatch.deploy.key_alarms import parse_max_key_series
 
 __all__ = ["main", "parse_params", "load_labels"]
 
@@ -212,7 +213,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from shiftwatch.deploy.observability import MetricsServer
 
         server = MetricsServer(port=args.metrics_port, address=args.metrics_host).start()
-        metrics = server.stage("replay", str(getattr(source, "name", args.source)))
+        metrics = server.stage("replay", str(getattr(source, "name", args.source)),
+                               max_key_series=args.max_key_series)
         if alerts is not None:
             alerts.metrics = metrics
     stopped: WriteFailed | None = None
@@ -559,6 +561,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
                    help="address the metrics port listens on (default 127.0.0.1, this machine "
                         "only; 0.0.0.0 for every interface)")
+    r.add_argument("--max-key-series", type=parse_max_key_series, default=100, metavar="N",
+                   help="with --metrics-port: a series of alarms per key for the first N "
+                        "keys to alarm (default 100); later keys count as key=_other")
     r.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS",
                    help=_CONNECT_HELP + " (kafka: sources)")
     r.add_argument("--alert-url", metavar="URL",

@@ -144,8 +144,8 @@ class StageExecutor:
         The counters to update (default: a new :class:`RunSummary`).
     observer
         Optional; told of each dead letter (``observer.dead_letter(reason)``) and of each
-        operator's alarm outputs (``observer.alarms(operator_name, n)``), e.g. a
-        :class:`~shiftwatch.deploy.observability.StageMetrics`.
+        operator's alarm outputs and their keys (``observer.alarms(operator_name, n,
+        keys={key: n_of_key})``), e.g. a :class:`~shiftwatch.deploy.observability.StageMetrics`.
     max_message_bytes
         The largest encoded output or dead letter (a Kafka stage: its message limit); None
         for no limit. Larger outputs make their input a dead letter; larger dead letters are
@@ -174,7 +174,8 @@ class StageExecutor:
                  value: str = "value", key: str | None = None, ts: str | None = None,
                  dedupe: bool = False, summary: RunSummary | None = None, keyed: bool = True,
                  observer: Any = None, max_message_bytes: int | None = None,
-                 deduper: Deduper | None = None):
+                 deduper: Deduper | None = None, loose: bool = False):
+        self.loose = loose
         self.operators = [op if (isinstance(op, Keyed) or not keyed) else Keyed(op)
                           for op in operators]
         self.names = list(names) if names is not None else [
@@ -205,7 +206,8 @@ class StageExecutor:
         raw = data if data is not None else b""
         try:
             record = decode_record(data, message_key, value=self.value, key=self.key,
-                                   ts=self.ts, timestamp_ms=timestamp_ms, meta=meta)
+                                   ts=self.ts, timestamp_ms=timestamp_ms, meta=meta,
+                                   loose=self.loose)
         except BadInput as exc:
             return DeadLetter(raw=raw, reason=str(exc), origin=dict(origin))
         except Exception as exc:  # a decoder bug must not stop the stage: this message only
@@ -281,7 +283,16 @@ class StageExecutor:
             counts[key] = counts.get(key, 0) + n
             self.summary.n_operators = len(self.operators)
         if observe and self.observer is not None:
-            self.observer.alarms(self.names[i], n)
+            per_key: dict = {}  # one observer call per operator and batch, not per record
+            if n:
+                for r in records:
+                    if r.get("alarm"):
+                        k = r.get("key")
+                        try:
+                            per_key[k] = per_key.get(k, 0) + 1
+                        except TypeError:  # a list key: by its text
+                            per_key[repr(k)] = per_key.get(repr(k), 0) + 1
+            self.observer.alarms(self.names[i], n, keys=per_key)
 
     def flush(self) -> Batch:
         """The end of a replay's stream: what the operators held back

@@ -15,8 +15,10 @@ Both bodies are JSON and say why, per stage (``connected``, ``seconds_disconnect
 
 Each stage (or replay) reports through its own :class:`StageMetrics`, whose label values are
 the pipeline and stage names; per-operator alarm counts add the operator name, dead letters
-a reason class from the fixed set :data:`REASON_CLASSES`, lag the partition number. No label
-ever holds a record key or a value, so the number of series is bounded by configuration.
+a reason class from the fixed set :data:`REASON_CLASSES`, lag the partition number. A label
+never holds a value; a record key only in ``shiftwatch_key_alarms_total``, for at most
+``max_key_series`` keys of a stage, the later ones folded into ``key="_other"``
+(:mod:`~shiftwatch.deploy.key_alarms`), so the number of series is bounded by configuration.
 
 The server answers with a fixed number of threads whatever the clients do: one thread
 accepts connections and watches them, :data:`HTTP_WORKERS` threads answer requests. A
@@ -37,8 +39,11 @@ import queue
 import selectors
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from shiftwatch.deploy.key_alarms import DEFAULT_MAX_KEY_SERIES, KeyAlarmSeries
 
 __all__ = ["MetricsServer", "StageMetrics", "METRICS", "REASON_CLASSES", "reason_class"]
 
@@ -58,6 +63,15 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "shiftwatch_alarms_total": (
         "counter", ("pipeline", "stage", "operator"),
         "Outputs with alarm=true, by the operator that emitted them."),
+    "shiftwatch_key_alarms_total": (
+        "counter", ("pipeline", "stage", "operator", "key"),
+        "Outputs with alarm=true by record key, for the first max_key_series keys of the "
+        "stage to alarm; the later keys' alarms count under key=\"_other\" (key labels are "
+        "escaped and cut to 64 characters)."),
+    "shiftwatch_key_alarms_folded_keys": (
+        "gauge", ("pipeline", "stage"),
+        "Distinct keys whose alarms count under key=\"_other\" (exact up to 10000 keys, then "
+        "a HyperLogLog estimate)."),
     "shiftwatch_alerts_total": (
         "counter", ("pipeline", "stage", "outcome"),
         "Alarms handed to the alert webhook, by outcome (sent, failed, dropped, suppressed)."),
@@ -184,23 +198,31 @@ class StageMetrics:
         The stage is not live after this many slow batches in a row.
     slow_batch_seconds
         A batch longer than this is slow (a Kafka stage: half of max_poll_interval_ms).
+    max_key_series
+        Keys that get their own ``shiftwatch_key_alarms_total`` series (the first to alarm);
+        the alarms of later keys count under ``key="_other"``
+        (:class:`~shiftwatch.deploy.key_alarms.KeyAlarmSeries`).
 
     Examples
     --------
     >>> server = MetricsServer(port=None)
     >>> m = server.stage("sensors", "detect", stalls_before_unhealthy=2, slow_batch_seconds=1.0)
-    >>> m.alarms("river:ADWIN", 3); m.dead_letter("invalid JSON: x"); m.turn(); m.set_ready(True)
+    >>> m.alarms("river:ADWIN", 3, keys={"pump-a": 2, "pump-b": 1})
+    >>> m.dead_letter("invalid JSON: x"); m.turn(); m.set_ready(True)
     >>> m.batch(0.01), m.live, m.batch(2.0), m.live, m.batch(3.0), m.live
     (None, True, None, True, None, False)
     >>> server.value("shiftwatch_alarms_total", stage="detect", operator="river:ADWIN")
     3.0
+    >>> server.value("shiftwatch_key_alarms_total", stage="detect", key="pump-a")
+    2.0
     >>> m.connected(False); m.ready, m.health()["connected"]
     (False, False)
     """
 
     def __init__(self, families: _Families, pipeline: str, stage: str,
                  liveness_seconds: float = 300.0, stalls_before_unhealthy: int = 3,
-                 slow_batch_seconds: float | None = None):
+                 slow_batch_seconds: float | None = None,
+                 max_key_series: int = DEFAULT_MAX_KEY_SERIES):
         if isinstance(stalls_before_unhealthy, bool) or not isinstance(
                 stalls_before_unhealthy, int) or stalls_before_unhealthy < 1:
             raise ValueError("stalls_before_unhealthy must be an integer >= 1, got "
@@ -213,6 +235,8 @@ class StageMetrics:
         self.liveness_seconds = liveness_seconds
         self.stalls_before_unhealthy = stalls_before_unhealthy
         self.slow_batch_seconds = slow_batch_seconds
+        self.key_alarms = KeyAlarmSeries(families.by_name["shiftwatch_key_alarms_total"],
+                                         pipeline, stage, max_key_series)
         self._reset()
 
     def _reset(self) -> None:
@@ -230,6 +254,8 @@ class StageMetrics:
         self._last_checkpoint_unix: float | None = None
         self._c["shiftwatch_last_checkpoint_age_seconds"].set_function(self._checkpoint_age)
         self._c["shiftwatch_stage_live"].set_function(lambda: float(self.live))
+        self._c["shiftwatch_key_alarms_folded_keys"].set_function(
+            lambda: self.key_alarms.folded_keys)
         self._c["shiftwatch_stage_ready"].set_function(lambda: float(self.ready))
         self._c["shiftwatch_stage_connected"].set_function(
             lambda: float(self._disconnected_since is None))
@@ -307,11 +333,13 @@ class StageMetrics:
         self.families.by_name["shiftwatch_dead_letters_total"].labels(
             self.pipeline, self.stage, reason_class(reason)).inc()
 
-    def alarms(self, operator: str, n: int) -> None:
-        """``operator`` emitted ``n`` alarm outputs."""
+    def alarms(self, operator: str, n: int, keys: Mapping[Any, int] | None = None) -> None:
+        """``operator`` emitted ``n`` alarm outputs, ``keys[key]`` of them for each key."""
         if n:
             self.families.by_name["shiftwatch_alarms_total"].labels(
                 self.pipeline, self.stage, operator).inc(n)
+        if keys:
+            self.key_alarms.add(operator, keys)
 
     def alert(self, outcome: str) -> None:
         """One alarm's fate at the alert webhook (``sent``, ``failed``, ``dropped``,

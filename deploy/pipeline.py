@@ -10,7 +10,8 @@ to one topic; stages chain through topics::
       security_protocol: SASL_SSL      # every kafka-python client setting passes through
     guarantee: at-least-once           # or exactly-once (default of every stage)
     metrics: {port: 9400}              # /metrics, /healthz, /readyz (shiftwatch.deploy.
-                                       # observability); stalls_before_unhealthy: 3
+                                       # observability); stalls_before_unhealthy: 3,
+                                       # max_key_series: 100 (alarms per key)
     stages:
       - name: scale
         input: sensors.raw
@@ -21,6 +22,8 @@ to one topic; stages chain through topics::
         key: sensor                    # field holding the key (default: the message key)
         ts: time                       # field holding the event time in seconds (default:
                                        # the record's ts, else the message timestamp)
+        loose: false                   # true: "1e5" and true read as numbers (default: a
+                                       # dead letter, the value must be a JSON number)
       - name: detect
         input: sensors.scaled
         output: sensors.alarms
@@ -49,6 +52,7 @@ from typing import Any
 import yaml
 
 from shiftwatch.deploy.errors import UserError
+from shiftwatch.deploy.key_alarms import DEFAULT_MAX_KEY_SERIES
 
 __all__ = [
     "PipelineError",
@@ -191,7 +195,7 @@ _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", 
              "producer", "metrics", "emit", "alerts", "stages")
 _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
                "ts", "guarantee", "checkpoint", "batch", "consumer", "producer", "dedupe",
-               "upstream", "emit", "alerts")
+               "upstream", "emit", "alerts", "loose")
 #: What a stage writes to its output topic: every output, or only those with ``alarm: true``
 #: (the dead letters, the checkpoints and the committed offsets are the same either way).
 EMIT_CHOICES = ("all", "alarms")
@@ -211,7 +215,8 @@ _SECTION_KEYS = {
                  "assignor"),
     "producer": ("compression_type", "max_request_size", "linger_ms", "batch_size"),
     "topics": ("create", "create_input", "partitions", "replication_factor"),
-    "metrics": ("file", "interval_seconds", "port", "address", "stalls_before_unhealthy"),
+    "metrics": ("file", "interval_seconds", "port", "address", "stalls_before_unhealthy",
+                "max_key_series"),
 }
 _DEFAULTS: dict[str, dict[str, Any]] = {
     # patches: keys whose operator offers state_patch (river:*) are written as what changed
@@ -233,8 +238,9 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     # name would otherwise be created silently and the stage idle)
     "topics": {"create": False, "create_input": False, "partitions": 1,
                "replication_factor": 1},
+    # max_key_series: keys with their own shiftwatch_key_alarms_total series (deploy/key_alarms)
     "metrics": {"file": None, "interval_seconds": 10.0, "port": None, "address": "0.0.0.0",
-                "stalls_before_unhealthy": 3},
+                "stalls_before_unhealthy": 3, "max_key_series": DEFAULT_MAX_KEY_SERIES},
 }
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -270,6 +276,8 @@ class StageConfig:
     ts: str | None = None
     guarantee: str = "at-least-once"
     dedupe: bool = True
+    #: read numeric strings and booleans in ``value`` as numbers (default: a dead letter)
+    loose: bool = False
     upstream: str | None = None  # the topic input coordinates must name (dedupe)
     emit: str = "all"  # or "alarms": only outputs with alarm: true go to the output topic
     #: the alert webhook's settings (``url``, ``format``, ...: sinks/alerts.py), or None
@@ -398,7 +406,7 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     ...
     shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
 allowed: name, input, output, operator, params, operators, value, key, ts, guarantee, \
-checkpoint, batch, consumer, producer, dedupe, upstream, emit, alerts
+checkpoint, batch, consumer, producer, dedupe, upstream, emit, alerts, loose
     """
     def err(msg: str) -> PipelineError:
         return PipelineError(f"{source}: {msg}")
@@ -516,7 +524,7 @@ def _section(value: Any, sec: str, where: str, base: dict, err) -> dict:
             if v not in COMPRESSION_TYPES:
                 raise err(f"{where}: {sec}.{k} must be one of {', '.join(COMPRESSION_TYPES)}, "
                           f"got {v!r}")
-        elif k == "linger_ms":
+        elif k in ("linger_ms", "max_key_series"):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise err(f"{where}: {sec}.{k} must be an integer >= 0, got {v!r}")
         elif k == "address":
@@ -589,6 +597,9 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
     dedupe = raw.get("dedupe", True)
     if not isinstance(dedupe, bool):
         raise err(f"{where}: 'dedupe' must be true or false, got {dedupe!r}")
+    loose = raw.get("loose", False)
+    if not isinstance(loose, bool):
+        raise err(f"{where}: 'loose' must be true or false, got {loose!r}")
     upstream = raw.get("upstream")
     if upstream is not None:
         upstream = _topic(upstream, "upstream", where, err)
@@ -600,7 +611,7 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
     return StageConfig(name=name, input=inp, output=out, operators=specs, value=value, key=key,
                        ts=ts,
                        guarantee=_guarantee(raw.get("guarantee", guarantee), where, err),
-                       dedupe=dedupe, upstream=upstream,
+                       dedupe=dedupe, loose=loose, upstream=upstream,
                        emit=_emit(raw.get("emit", emit), where, err),
                        alerts=_alerts(raw.get("alerts"), where, err), **sections)
 

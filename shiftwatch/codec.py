@@ -204,32 +204,35 @@ double quotes at column 2
     return obj
 
 
-def as_value(raw: Any, name: str = "value") -> float | list:
+def as_value(raw: Any, name: str = "value", loose: bool = False) -> float | list:
     """A record's value checked: a finite float, or a finite numeric array as nested lists.
 
     ``name`` is the field it came from (for the reason of a :class:`BadInput`).
 
-    >>> as_value("2.5"), as_value([1, 2])
-    (2.5, [1.0, 2.0])
+    >>> as_value(2.5), as_value([1, 2]), as_value("2.5", loose=True)
+    (2.5, [1.0, 2.0], 2.5)
     >>> as_value(float("nan"), "temp")
     Traceback (most recent call last):
     ...
     shiftwatch.records.BadInput: temp is not finite: nan
     """
     if isinstance(raw, list):
-        return as_array(raw, name=name).tolist()
-    return as_scalar(raw, name)
+        return as_array(raw, name=name, loose=loose).tolist()
+    return as_scalar(raw, name, loose=loose)
 
 
 def decode_record(data: bytes | bytearray | str | None, message_key: bytes | None = None, *,
                   value: str = "value", key: str | None = None, ts: str | None = None,
-                  timestamp_ms: int | None = None, meta: Mapping | None = None) -> dict:
+                  timestamp_ms: int | None = None, meta: Mapping | None = None,
+                  loose: bool = False) -> dict:
     """The record a Kafka message holds, or raise :class:`BadInput` saying why not.
 
     The message's JSON object keeps all its fields; then ``value`` is set from the field
-    ``value`` names (checked by :func:`as_value`), ``key`` from the field ``key`` names
-    (default: the record's own ``key``, else the message key), ``ts`` from the field ``ts``
-    names (default: the record's own ``ts``, else the message timestamp in seconds), and
+    ``value`` names (checked by :func:`as_value`: a JSON number or a list of them; with
+    ``loose``, numeric strings and booleans are read as numbers too), ``key`` from the
+    field ``key`` names (default: the record's own ``key``, else the message key), ``ts``
+    from the field ``ts`` names (default: the record's own ``ts``, else the message
+    timestamp in seconds; a numeric string is read, a boolean is not a time), and
     ``meta`` (e.g. ``{"kafka": {topic, partition, offset, timestamp}}``) is merged into the
     record's ``meta``.
 
@@ -240,13 +243,16 @@ def decode_record(data: bytes | bytearray | str | None, message_key: bytes | Non
     """
     record = parse_object(data)
     if ts is not None:
-        record["ts"] = _scalar(get_field(record, ts), "ts")
+        record["ts"] = _ts(get_field(record, ts))
     elif "ts" in record:
-        record["ts"] = _scalar(record["ts"], "ts")
+        record["ts"] = _ts(record["ts"])
     elif timestamp_ms is not None and timestamp_ms >= 0:
         record["ts"] = timestamp_ms / 1000
     raw = record[value] if "." not in value and value in record else get_field(record, value)
-    record["value"] = _scalar(raw, value) if type(raw) is not list else as_value(raw, value)
+    if loose:
+        record["value"] = as_value(raw, value, loose=True)
+    else:
+        record["value"] = _scalar(raw, value) if type(raw) is not list else as_value(raw, value)
     if key is not None:
         k = get_field(record, key, None)
         if k is None and message_key is not None:
@@ -260,6 +266,14 @@ def decode_record(data: bytes | bytearray | str | None, message_key: bytes | Non
         old = record.get("meta")
         record["meta"] = {**old, **meta} if isinstance(old, dict) else dict(meta)
     return record
+
+
+def _ts(raw: Any, _lo: float = -MAX_ABS, _hi: float = MAX_ABS) -> float:
+    # A time may come as a numeric string ("1700000000.5"), as a file source reads it; a
+    # boolean is not a time.
+    if type(raw) is float and _lo <= raw <= _hi:
+        return raw
+    return as_scalar(raw, "ts", loose=type(raw) is str)
 
 
 def _scalar(raw: Any, name: str, _lo: float = -MAX_ABS, _hi: float = MAX_ABS) -> float:

@@ -159,12 +159,44 @@ def _too_large(name: str, x: float, max_abs: float) -> BadInput:
     return BadInput(f"{name} {x:.3g} is beyond the magnitude limit max_abs={max_abs:.3g}")
 
 
-def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS) -> float:
+def _not_a_number(name: str, value: Any) -> BadInput:
+    if isinstance(value, (bool, np.bool_)):
+        what = f"a boolean ({str(bool(value)).lower()})"
+    else:
+        try:
+            float(value)
+        except ValueError:  # not a number however it is read
+            return BadInput(f"{name} {str(value)[:40]!r} is not a number")
+        what = f"a string {str(value)[:40]!r}"
+    return BadInput(f"{name} is {what}, expected a number (a JSON number; the source option "
+                    f"loose=true reads numeric strings and booleans as numbers)")
+
+
+def _has_text_or_bool(value: Any, depth: int = 0) -> bool:
+    """Whether a (nested) list holds a string or a boolean (cheap: one set of types per list)."""
+    types = set(map(type, value))
+    if str in types or bool in types or np.bool_ in types or np.str_ in types:
+        return True
+    if (list in types or tuple in types) and depth < 64:
+        return any(_has_text_or_bool(v, depth + 1) for v in value
+                   if type(v) is list or type(v) is tuple)
+    return False
+
+
+def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS, *,
+              loose: bool = False) -> float:
     """Return ``value`` as a finite float of magnitude at most ``max_abs`` (default
     :data:`MAX_ABS`) or raise :class:`BadInput`.
 
-    >>> as_scalar("2.5")
-    2.5
+    A number is a number: a string (``"1e5"``) or a boolean (``true``) is refused unless
+    ``loose`` (a CSV cell is text by nature: the CSV source reads it loosely).
+
+    >>> as_scalar(2.5), as_scalar("2.5", loose=True)
+    (2.5, 2.5)
+    >>> as_scalar("1e5")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    shiftwatch.records.BadInput: value is a string '1e5', expected a number (a JSON number; ...
     >>> as_scalar(float("nan"))
     Traceback (most recent call last):
     ...
@@ -176,6 +208,8 @@ def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS) -> floa
     value -1e+300 is beyond the magnitude limit max_abs=1e+150
     """
     if isinstance(value, (bool, np.bool_)):
+        if not loose:
+            raise _not_a_number(name, value)
         return float(value)
     if isinstance(value, numbers.Real):
         try:
@@ -183,6 +217,8 @@ def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS) -> floa
         except (OverflowError, TypeError, ValueError):  # e.g. an int beyond float range
             raise BadInput(f"{name} is too large for a float") from None
     elif isinstance(value, str):
+        if not loose:
+            raise _not_a_number(name, value)
         try:
             x = float(value)
         except ValueError:
@@ -197,7 +233,7 @@ def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS) -> floa
         item = arr.reshape(-1)[0]
         if isinstance(item, (list, tuple, np.ndarray)):  # nested beyond NumPy's 64 dimensions
             raise BadInput(f"{name} is a nested list, expected a number")
-        return as_scalar(item, name, max_abs)
+        return as_scalar(item, name, max_abs, loose=loose)
     else:
         raise BadInput(f"{name} must be a number, got {type(value).__name__}")
     if -max_abs <= x <= max_abs:
@@ -208,11 +244,13 @@ def as_scalar(value: Any, name: str = "value", max_abs: float = MAX_ABS) -> floa
 
 
 def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
-             name: str = "value", max_abs: float = MAX_ABS) -> np.ndarray:
+             name: str = "value", max_abs: float = MAX_ABS, *, loose: bool = False
+             ) -> np.ndarray:
     """Return ``value`` as a finite float64 array of the given rank/shape, every entry of
     magnitude at most ``max_abs`` (default :data:`MAX_ABS`), or raise BadInput.
 
-    ``shape`` entries may be ``None`` for "any length".
+    ``shape`` entries may be ``None`` for "any length". Strings and booleans among the
+    entries are refused unless ``loose`` (see :func:`as_scalar`).
 
     >>> as_array([1, 2, 3], ndim=1).tolist()
     [1.0, 2.0, 3.0]
@@ -221,6 +259,16 @@ def as_array(value: Any, ndim: int | None = None, shape: tuple | None = None,
     ...
     shiftwatch.records.BadInput: value has shape (1, 2), expected (2, 2)
     """
+    if not loose:
+        if type(value) is list or type(value) is tuple:
+            if _has_text_or_bool(value):
+                raise BadInput(f"{name} holds a string or a boolean, expected numbers (the "
+                               f"source option loose=true reads them as numbers)")
+        elif isinstance(value, np.ndarray) and value.dtype.kind not in "fiu":
+            if value.dtype.kind in "bUS" or (value.dtype.kind == "O" and _has_text_or_bool(
+                    value.reshape(-1).tolist())):
+                raise BadInput(f"{name} holds a string or a boolean, expected numbers (the "
+                               f"source option loose=true reads them as numbers)")
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):

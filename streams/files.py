@@ -234,7 +234,7 @@ def read_number(text: str, name: str = "value", hint: str = "") -> float:
             raise BadInput(f"{name} {cell[:40]!r} is not a number{hint}")
     elif len(cell) > MAX_NUMBER_DIGITS:
         _check_digits(cell, name)
-    return as_scalar(cell, name)
+    return as_scalar(cell, name, loose=True)  # (the grammar above is the check)
 
 
 def _stem(path: str) -> str:
@@ -611,11 +611,12 @@ class CsvSource(_FileSource):
             if raw == "":
                 raise BadInput(f"{c} is empty")
             # A short plain number (most cells) skips read_number's other checks.
-            vals.append(as_scalar(raw, c) if _SHORT_NUMBER(raw) else read_number(raw, c))
+            vals.append(as_scalar(raw, c, loose=True) if _SHORT_NUMBER(raw)
+                        else read_number(raw, c))
         record: dict[str, Any] = {"key": fields[pos[self.key]] if self.key else None}
         if self.ts:  # without a ts column the record has no time (none is invented)
             cell = fields[pos[self.ts]]
-            record["ts"] = as_scalar(cell, "ts") if self.ts_format is None and \
+            record["ts"] = as_scalar(cell, "ts", loose=True) if self.ts_format is None and \
                 _SHORT_NUMBER(cell) else parse_ts(cell, self.ts_format)
         record["value"] = vals if self._vector else vals[0]
         if self.y:
@@ -654,12 +655,16 @@ class JsonlSource(_FileSource):
     extra
         More fields copied into the record as they are (absent ones are left out), e.g.
         ``["train", "meta"]``.
+    loose
+        ``False`` (default): a value must be a JSON number (or a list of them); a string
+        such as ``"1e5"`` or a boolean is a dead letter. ``True``: numeric strings and
+        booleans are read as numbers (``true`` is 1.0), as a CSV cell is.
 
     Notes
     -----
     Blank lines are skipped (counted in ``blank_lines``). Invalid JSON, a line that is not an
-    object, a missing field, a non-numeric or non-finite value, or a bad ts becomes a dead
-    letter with the line number.
+    object, a missing field, a non-numeric or non-finite value (by default a string or a
+    boolean too), or a bad ts becomes a dead letter with the line number.
     A named ``key``/``y``/``task`` field that is absent gives ``None`` rather than a dead
     letter; ``value`` and ``ts`` must be present.
 
@@ -680,7 +685,7 @@ class JsonlSource(_FileSource):
     def __init__(self, path: str | os.PathLike, value: str | Sequence[str] = "value",
                  key: str | None = None, ts: str | None = None, y: str | None = None,
                  task: str | None = None, ts_format: str | None = None,
-                 annotations: Any = None, extra: Sequence[str] = ()):
+                 annotations: Any = None, extra: Sequence[str] = (), loose: bool = False):
         self.path = _check_path(path)
         self.value = value
         self.key = key
@@ -689,6 +694,9 @@ class JsonlSource(_FileSource):
         self.task = task
         self.ts_format = ts_format
         self.extra = extra
+        if not isinstance(loose, bool):
+            raise ValueError(f"loose must be true or false, got {loose!r}")
+        self.loose = loose
         self._init_common(annotations)
         self._readable(whole_line=False)
 
@@ -708,14 +716,15 @@ class JsonlSource(_FileSource):
             yield lineno, record
 
     def _record(self, obj: dict, index: int) -> dict:
+        loose = self.loose
         if self._vector:
-            value: Any = [as_scalar(get_field(obj, c), c) for c in self._columns]
+            value: Any = [as_scalar(get_field(obj, c), c, loose=loose) for c in self._columns]
         else:
             raw = get_field(obj, self._columns[0])
             if isinstance(raw, list):
-                value = as_array(raw, name=self._columns[0]).tolist()
+                value = as_array(raw, name=self._columns[0], loose=loose).tolist()
             else:
-                value = as_scalar(raw, self._columns[0])
+                value = as_scalar(raw, self._columns[0], loose=loose)
         record: dict[str, Any] = {
             "key": _json_key(get_field(obj, self.key, None)) if self.key else None}
         if self.ts:  # without a ts field the record has no time (none is invented)

@@ -235,7 +235,8 @@ class PartitionAssignment:
         deduper = Deduper(upstream=st.upstream, end_offset=self._upstream_end)
         executor = StageExecutor([spec.build() for spec in st.operators],
                                  names=[spec.name for spec in st.operators], value=st.value,
-                                 key=st.key, ts=st.ts, dedupe=st.dedupe, summary=self.stats,
+                                 key=st.key, ts=st.ts, dedupe=st.dedupe, loose=st.loose,
+                                 summary=self.stats,
                                  observer=self.metrics, deduper=deduper,
                                  max_message_bytes=st.producer["max_request_size"]
                                  - MESSAGE_OVERHEAD)

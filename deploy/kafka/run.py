@@ -79,7 +79,8 @@ def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threadi
             metrics = server.stage(
                 config.name, s.name, liveness_seconds=max_poll_s + s.batch["timeout_ms"] / 1000,
                 stalls_before_unhealthy=config.metrics.get("stalls_before_unhealthy", 3),
-                slow_batch_seconds=0.5 * max_poll_s)
+                slow_batch_seconds=0.5 * max_poll_s,
+                max_key_series=config.metrics.get("max_key_series", 100))
         runners.append(StageRunner(config, s, stop=stop, idle_exit_s=idle_exit_s,
                                    metrics=metrics, reset_state=reset_state))
     for r in runners:  # topics are checked before any stage consumes

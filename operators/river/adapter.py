@@ -503,12 +503,15 @@ class RiverDetector(Operator):
         field = self.field
         raw = get_field(record, field)
         if isinstance(raw, (list, tuple, np.ndarray)):
-            value: Any = as_array(raw, ndim=1, name=field, max_abs=self.max_abs)
+            value: Any = as_array(raw, ndim=1, name=field, max_abs=self.max_abs,
+                                  loose=self.binary)
             if value.size == 0:
                 raise BadInput(f"{field} is an empty vector")
             shape: tuple = value.shape
         else:
-            value = as_scalar(raw, field, self.max_abs)
+            # An error indicator may be a boolean (River's binary detectors take them).
+            value = as_scalar(raw, field, self.max_abs, loose=self.binary and (
+                type(raw) is bool or type(raw) is np.bool_))
             shape = ()
         if self.binary and not np.all((np.asarray(value) == 0.0) | (np.asarray(value) == 1.0)):
             raise BadInput(f"{self.name} takes 0/1 or booleans (1 = error), got "

@@ -120,20 +120,35 @@ def test_replay_counters_match_the_summary_in_the_exposition(server):
     assert samples[("shiftwatch_stage_ready", lv)] == 0.0  # the replay ended
 
 
-def test_label_values_never_hold_record_keys(server):
+def _series(text: str) -> set:
+    return {(s.name, tuple(sorted(s.labels.items())))
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_label_values_hold_record_keys_only_in_the_bounded_key_series(server):
     items = _stream(n_keys=400, n=2000)
-    m = server.stage("replay", "many-keys")
+    m = server.stage("replay", "many-keys", max_key_series=30)
     Pipeline(items, [Above()], batch_size=100, progress=False, metrics=m).run()
     status, body = _get(f"http://127.0.0.1:{server.port}/metrics")
     text = body.decode()
-    assert "user-" not in text
-    series = {(s.name, tuple(sorted(s.labels.items())))
-              for fam in text_string_to_metric_families(text) for s in fam.samples}
-    small = {(s.name, tuple(sorted(s.labels.items())))
-             for fam in text_string_to_metric_families(_body_after(_stream(n_keys=5, n=2000)))
-             for s in fam.samples}
-    # The series depend on configuration (stage, operators, reason classes), not on the keys.
-    assert len(series) == len(small)
+    assert "user-" in text
+    key_family = ("shiftwatch_key_alarms_total", "shiftwatch_key_alarms_created")
+    assert all(line.startswith(key_family) for line in text.splitlines() if "user-" in line)
+    series = _series(text)
+    small = _series(_body_after(_stream(n_keys=5, n=2000)))
+    # Beside the key series, the series depend on configuration (stage, operators, reason
+    # classes), not on the keys; the key series are at most max_key_series + _other.
+    assert ({x for x in series if x[0] not in key_family}
+            == {x for x in small if x[0] not in key_family})
+    keys = {dict(lab)["key"] for name, lab in series if name == "shiftwatch_key_alarms_total"}
+    assert len(keys) == 31 and "_other" in keys
+    alarming = {it["key"] for it in items if isinstance(it, dict) and it["value"] > 5}
+    assert len(alarming) > 31
+    assert m.key_alarms.folded_keys == len(alarming) - 30
+    few = {it["key"] for it in _stream(n_keys=5, n=2000) if isinstance(it, dict)
+           and it["value"] > 5}
+    assert {dict(lab)["key"] for name, lab in small if name == "shiftwatch_key_alarms_total"} \
+        == few and len(few) == 4
 
 
 def _body_after(items) -> str:
@@ -318,7 +333,8 @@ def test_dashboard_queries_name_exported_metrics():
     # The board covers what the issue lists.
     for want in ("shiftwatch_records_in_total", "shiftwatch_consumer_lag_records",
                  "shiftwatch_dead_letters_total", "shiftwatch_alarms_total",
-                 "shiftwatch_last_checkpoint_age_seconds", "shiftwatch_batch_seconds_bucket"):
+                 "shiftwatch_last_checkpoint_age_seconds", "shiftwatch_batch_seconds_bucket",
+                 "shiftwatch_key_alarms_total", "shiftwatch_key_alarms_folded_keys"):
         assert want in used
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert {"pipeline", "stage"} <= set(variables)
@@ -332,7 +348,7 @@ def test_dashboard_metric_names_are_served(server):
     """The names the board queries are what a real scrape serves (not only the table)."""
     m = server.stage("p", "s", slow_batch_seconds=1.0)
     m.batch(0.01)
-    m.alarms("op", 1)
+    m.alarms("op", 1, keys={"k": 1})
     m.alert("sent")
     m.dead_letter("invalid JSON")
     m.checkpoint(0.1)

@@ -98,7 +98,12 @@ def test_parse_object_falls_back_to_the_standard_rule(data):
 
 def test_decode_record_fast_path_keeps_the_checks():
     assert decode_record(b'{"value": 2, "ts": "3"}') == {"value": 2.0, "ts": 3.0}
-    assert decode_record(b'{"value": true}')["value"] == 1.0
+    # a boolean is not a number (issue 38, 6), unless read loosely
+    with pytest.raises(BadInput, match="boolean"):
+        decode_record(b'{"value": true}')
+    assert decode_record(b'{"value": true}', loose=True)["value"] == 1.0
+    with pytest.raises(BadInput, match="boolean"):
+        decode_record(b'{"value": 1.0, "ts": true}')
     with pytest.raises(BadInput, match="not finite"):
         decode_record(b'{"value": NaN}')
     with pytest.raises(BadInput, match="ts is not finite"):

@@ -175,11 +175,19 @@ def test_get_field():
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    (2, 2.0), ("2.5", 2.5), (True, 1.0), (np.float32(0.5), 0.5), ([3.0], 3.0),
-    (np.array([[4.0]]), 4.0), (np.bool_(False), 0.0),
+    (2, 2.0), (np.float32(0.5), 0.5), ([3.0], 3.0), (np.array([[4.0]]), 4.0),
 ])
 def test_as_scalar_accepts(value, expected):
-    assert as_scalar(value) == expected
+    assert as_scalar(value) == expected == as_scalar(value, loose=True)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("2.5", 2.5), (True, 1.0), (np.bool_(False), 0.0), (["1e3"], 1000.0),
+])
+def test_as_scalar_takes_text_and_booleans_only_loosely(value, expected):
+    with pytest.raises(BadInput, match="string|boolean"):
+        as_scalar(value)
+    assert as_scalar(value, loose=True) == expected
 
 
 @pytest.mark.parametrize("value", [

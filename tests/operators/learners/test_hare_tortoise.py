@@ -12,8 +12,13 @@ torch = pytest.importorskip("torch")
 from shiftwatch.operators import BadInput, Keyed, create, dumps_state, loads_state  # noqa: E402
 from shiftwatch.operators.learners.hare_tortoise import HareTortoise  # noqa: E402
 
+# Resets on the step schedule only (no inner detector): the hand computations below.
 SMALL = {"in_dim": 5, "n_classes": 3, "hidden": [16], "batch_size": 8, "buffer_size": 40,
-         "ema_momentum": 0.9, "reset_every": 7, "seed": 11}
+         "ema_momentum": 0.9, "reset_every": 7, "seed": 11, "reset_on": None}
+#: SMALL with the defaults' reset rules: DDM on the 0/1 loss, a period in records, warm-ups.
+ALARMS = {**{k: v for k, v in SMALL.items() if k not in ("reset_every", "reset_on")},
+          "reset_on": "alarm", "reset_every_records": 40, "min_reset_gap": 16,
+          "reset_lr_warmup": 3}
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +54,17 @@ def params_of(net):
 
 
 @pytest.mark.parametrize("extra", [{}, {"method": "shrink-perturb"}, {"replay_ratio": 3},
-                                   {"predict_with": "hare", "replay_size": 3}])
+                                   {"predict_with": "hare", "replay_size": 3},
+                                   {**ALARMS, "reset_to": "head"}, {**ALARMS, "reset_to": "full"},
+                                   {**ALARMS, "reset_to": "tortoise"}])
 def test_resume_equals_uninterrupted(extra):
     params = {**SMALL, **extra}
-    records = stream()
+    if "reset_every_records" in params:
+        params.pop("reset_every")
+    records = stream(tasks=3)
+    for i in range(len(records)):
+        if 400 <= i < 480:  # a label change the inner detector finds (checked below)
+            records[i]["y"] = (records[i]["y"] + 1) % 3
     whole = create("hare-tortoise", **params)
     expected = run(whole, records)
     for cuts in ([123], [50, 301, 302, 555]):
@@ -68,6 +80,8 @@ def test_resume_equals_uninterrupted(extra):
         assert got == expected
         assert dumps_state(op.state_dict()) == dumps_state(whole.state_dict())
     assert whole.n_steps == 75 * params.get("replay_ratio", 1)
+    if extra.get("reset_on") == "alarm":
+        assert whole.n_alarm_resets >= 1 and whole.n_resets >= 1
 
 
 def test_state_is_safe_json_with_tensors_and_everything_in_it():
@@ -77,7 +91,7 @@ def test_state_is_safe_json_with_tensors_and_everything_in_it():
     assert set(state) == {"hare", "tortoise", "optimizer", "rng", "buffer_x", "buffer_y",
                           "batch_x", "batch_y", "n_seen", "n_steps", "n_resets",
                           "n_task_changes", "task", "ema_t", "n_alarm_resets",
-                          "since_alarm_reset", "detector"}
+                          "since_alarm_reset", "detector", "since_reset", "opt_steps"}
     assert "__tensor__" in state["hare"]["0.weight"]
     assert state["n_steps"] == 12 and len(state["batch_y"]["shape"]) == 1
     back = loads_state(dumps_state(op.state_dict()))["state"]
@@ -238,7 +252,7 @@ def test_unlabelled_and_evaluation_only_records_are_predicted_not_learned():
     unlabelled = [{k: v for k, v in r.items() if k != "y"} for r in records]
     held_out = [{**r, "train": False} for r in records]
     outs = run(op, unlabelled + held_out)
-    assert len(outs) == 100 and all("y_pred" in o and "y_pred_hare" in o for o in outs)
+    assert len(outs) == 100 and all("y_pred" in o and "y_pred_tortoise" in o for o in outs)
     assert dumps_state(op.state_dict()) == before
 
 
@@ -253,7 +267,7 @@ def test_warm_and_ema_baselines():
                                                       "y_pred"}
     ema = create("hare-tortoise", **SMALL, method="ema")
     outs = run(ema, records)
-    assert ema.n_steps == 50 and ema.n_resets == 0 and "y_pred_hare" in outs[0]
+    assert ema.n_steps == 50 and ema.n_resets == 0 and "y_pred_tortoise" in outs[0]
     # Without EMA and resets the Hare is plain training: warm's network equals EMA's Hare.
     for p, q in zip(warm.hare.parameters(), ema.hare.parameters(), strict=True):
         assert torch.equal(p, q)
@@ -324,7 +338,8 @@ def test_bad_input_leaves_model_untouched(record, reason):
 @pytest.mark.parametrize(("param", "value"), [
     ("method", "hare"), ("ema_momentum", 1.0), ("reset_every", 0), ("hidden", "big"),
     ("predict_with", "both"), ("n_classes", 1), ("model", 3), ("clip_norm", -1.0),
-    ("seed", -1), ("replay_size", -2), ("batch_size", 2.0),
+    ("seed", -1), ("replay_size", -2), ("batch_size", 2.0), ("reset_every_records", 0),
+    ("reset_lr_warmup", -1), ("reset_to", "hare"), ("reset_lr_warmup", 1.5),
 ])
 def test_invalid_parameters_name_themselves(param, value):
     with pytest.raises(ValueError, match=param):
@@ -393,7 +408,8 @@ def test_process_batch_runs_one_forward_per_training_step(monkeypatch):
 
 
 def test_chained_alarm_resets_the_hare_and_empties_the_buffer():
-    params = {**SMALL, "reset_every": 1000, "reset_on": "alarm", "min_reset_gap": 16}
+    params = {**SMALL, "reset_every": 1000, "reset_on": "alarm", "min_reset_gap": 16,
+              "detector": None}
     op = create("hare-tortoise", **params)
     records = stream(n=120)
     run(op, records[:64])
@@ -417,7 +433,7 @@ def test_chained_alarm_resets_the_hare_and_empties_the_buffer():
 
 def test_full_reset_reinitialises_networks_and_optimiser():
     params = {**SMALL, "method": "warm", "reset_on": "alarm", "reset_to": "full",
-              "min_reset_gap": 0}
+              "min_reset_gap": 0, "detector": None}
     op = create("hare-tortoise", **params)
     run(op, stream(n=64))
     op.alarm_reset()
@@ -427,7 +443,14 @@ def test_full_reset_reinitialises_networks_and_optimiser():
     fresh = params_of(create("hare-tortoise", **params).hare)
     assert not all(torch.equal(a, b) for a, b in zip(fresh, params_of(op.hare), strict=True))
     with pytest.raises(ValueError, match="reset_to"):
-        create("hare-tortoise", **{**params, "reset_to": "tortoise"})
+        create("hare-tortoise", **{**params, "reset_to": "everything"})
+    # Without a Tortoise, reset_to="tortoise" keeps the network (fresh optimiser, no replay).
+    keep = create("hare-tortoise", **{**params, "reset_to": "tortoise"})
+    run(keep, stream(n=64))
+    before = params_of(keep.hare)
+    keep.alarm_reset()
+    assert keep.buffer_len == 0 and keep._opt.state == {}
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(keep.hare), strict=True))
 
 
 def test_loss_detector_resets_after_a_label_permutation_and_learns_faster():
@@ -442,7 +465,7 @@ def test_loss_detector_resets_after_a_label_permutation_and_learns_faster():
         records.append({"value": (means[c] + rng.normal(0, 1, 5)).tolist(), "y": y})
     base = {**SMALL, "reset_every": 1000, "ema_momentum": 0.99, "buffer_size": 400}
     plain = create("hare-tortoise", **base)
-    reset = create("hare-tortoise", **base, reset_on="alarm", reset_to="full",
+    reset = create("hare-tortoise", **{**base, "reset_on": "alarm"}, reset_to="full",
                    detector="river:DDM", min_reset_gap=100)
     acc = {}
     for name, op in (("plain", plain), ("reset", reset)):
@@ -475,8 +498,9 @@ def test_two_learner_stages_in_threads_of_one_process():
 
 
 def test_defaults_learn_from_the_first_records_of_a_short_stream():
-    # 600 digits records, one pass: the default Tortoise (EMA warm-up) keeps up with a plain
-    # MLP trained by AdamW on the same stream; the fixed momentum 0.999 stays near chance.
+    # 600 digits records, one pass: the defaults (predicting with the Hare) and the Tortoise
+    # with the default EMA warm-up keep up with a plain MLP trained by AdamW on the same
+    # stream; a Tortoise with the fixed momentum 0.999 stays near chance.
     datasets = pytest.importorskip("sklearn.datasets")
     d = datasets.load_digits()
     order = np.random.default_rng(0).permutation(len(d.target))[:600]
@@ -487,8 +511,124 @@ def test_defaults_learn_from_the_first_records_of_a_short_stream():
         outs = op.process_batch(records)
         return np.mean([o["y_pred"] == o["y"] for o in outs[300:]])
 
-    plain = second_half(method="warm", buffer_size=0, clip_norm=None, weight_decay=0.01)
+    plain = second_half(method="warm", buffer_size=0, clip_norm=None, weight_decay=0.01,
+                        reset_on=None)
     default = second_half()
-    no_warmup = second_half(ema_warmup=None)
+    tortoise = second_half(predict_with="tortoise")
+    no_warmup = second_half(ema_warmup=None, ema_momentum=0.999, predict_with="tortoise")
     assert plain > 0.7 and default >= 0.9 * plain, (plain, default)
+    assert tortoise >= 0.9 * plain, (plain, tortoise)
     assert no_warmup < 0.3, no_warmup
+
+
+# ---- the defaults' reset rules: a period in records, fresh optimisers at alarm resets ----
+
+
+def test_both_reset_periods_cannot_be_given():
+    with pytest.raises(ValueError, match="reset_every"):
+        create("hare-tortoise", **{**SMALL, "reset_every_records": 64})
+
+
+def test_default_reset_period_is_two_ema_horizons_in_records():
+    op = HareTortoise(in_dim=3, n_classes=2)
+    assert op.reset_every is None and op.reset_every_records is None
+    assert op.reset_period_records == 2 * 32 * 100  # m = 0.99: 100 steps of 32 records
+    assert HareTortoise(in_dim=3, n_classes=2, ema_momentum=0.9, batch_size=8,
+                        replay_ratio=2).reset_period_records == 80  # 20 steps of 4 new records
+    assert HareTortoise(in_dim=3, n_classes=2, reset_every_records=77).reset_period_records == 77
+    assert HareTortoise(in_dim=3, n_classes=2, reset_every=5).reset_period_records is None
+
+
+def test_reset_cadence_in_records_fires_at_the_stated_record_count():
+    params = {**ALARMS, "detector": None, "reset_every_records": 24}  # 3 micro-batches of 8
+    op = create("hare-tortoise", **params)
+    records = stream(n=200)
+    unlabelled = {**records[0], "y": None}
+    run(op, records[:23] + [unlabelled] * 5)  # unlabelled records do not count
+    assert op.n_resets == 0
+    run(op, records[23:24])
+    assert op.n_resets == 1
+    for h, t in zip(op.hare.parameters(), op.tortoise.parameters(), strict=True):
+        assert torch.equal(h, t)
+    run(op, records[24:47])
+    assert op.n_resets == 1
+    run(op, records[47:48])
+    assert op.n_resets == 2
+    # An alarm reset restarts the count: the next periodic reset is 24 records after it.
+    run(op, records[48:52])
+    op.alarm_reset()  # mid micro-batch: the 4 records before it count no more
+    run(op, records[52:79])  # steps after records 55, 63, 71 (20 records since the reset)
+    assert op.n_resets == 2
+    run(op, records[79:80])  # the step after record 79 (28 records since the reset)
+    assert op.n_resets == 3
+
+
+@pytest.mark.parametrize("reset_to", ["tortoise", "head", "full"])
+def test_alarm_reset_gives_a_fresh_optimiser_whose_lr_warms_up_linearly(reset_to):
+    params = {**ALARMS, "detector": None, "reset_lr_warmup": 4, "reset_to": reset_to,
+              "lr": 0.01, "reset_every_records": 10_000}
+    op = create("hare-tortoise", **params)
+    records = stream(n=200, tasks=1)
+    run(op, records[:40])
+    assert op.lr_now == 0.01 and op._opt.param_groups[0]["lr"] == 0.01
+    old_opt = op._opt
+    hare_before = params_of(op.hare)
+    op.alarm_reset()
+    assert op._opt is not old_opt and op._opt.state == {} and op.buffer_len == 0
+    assert all(p is q for p, q in zip(op._opt.param_groups[0]["params"], op.hare.parameters(),
+                                      strict=True))
+    for h, t in zip(op.hare.state_dict().values(), op.tortoise.state_dict().values(),
+                    strict=True):
+        assert torch.equal(h, t)
+    after = params_of(op.hare)
+    changed = [not torch.equal(a, b) for a, b in zip(hare_before, after, strict=True)]
+    # Layers: [0.weight, 0.bias, 2.weight, 2.bias] of the 5-16-3 MLP.
+    assert changed == {"tortoise": [True] * 4, "head": [False, False, True, True],
+                       "full": [True] * 4}[reset_to]
+    lrs = []
+    for i in range(6):  # one micro-batch of 8 records = one step each
+        run(op, records[40 + 8 * i:48 + 8 * i])
+        lrs.append(op._opt.param_groups[0]["lr"])
+        assert float(op._opt.state[op._opt.param_groups[0]["params"][0]]["step"]) == i + 1
+    assert lrs == pytest.approx([0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01])
+    assert op.lr_now == 0.01
+
+
+def test_a_state_saved_during_the_lr_warm_up_resumes_it():
+    params = {**ALARMS, "detector": None, "reset_lr_warmup": 5, "lr": 0.01,
+              "reset_every_records": 10_000}
+    records = stream(n=200, tasks=1)
+    whole = create("hare-tortoise", **params)
+    run(whole, records[:40])
+    whole.alarm_reset()
+    run(whole, records[40:56])  # two warm-up steps
+    assert whole.lr_now == pytest.approx(0.006)
+    part = create("hare-tortoise", **params)
+    part.load_state_dict(loads_state(dumps_state(whole.state_dict())))
+    assert part.lr_now == pytest.approx(0.006)
+    assert run(part, records[56:120]) == run(whole, records[56:120])
+    assert dumps_state(part.state_dict()) == dumps_state(whole.state_dict())
+    assert part._opt.param_groups[0]["lr"] == 0.01
+
+
+def test_defaults_run_the_inner_detector_and_reset_after_a_label_permutation():
+    # Same inputs, labels permuted at record 600: the default DDM on the 0/1 loss resets.
+    rng = np.random.default_rng(5)
+    means = rng.normal(0, 2, (3, 5))
+    records = []
+    for i in range(1200):
+        c = int(rng.integers(3))
+        records.append({"value": (means[c] + rng.normal(0, 1, 5)).tolist(),
+                        "y": c if i < 600 else (c + 1) % 3})
+    small = {"in_dim": 5, "n_classes": 3, "hidden": [16], "batch_size": 8, "lr": 0.01, "seed": 0}
+    op = create("hare-tortoise", **small)  # the default reset rules
+    outs = op.process_batch(records)
+    assert op.n_alarm_resets >= 1 and op.lr_now == op.lr
+    plain = create("hare-tortoise", **small, reset_on=None)
+    plain_outs = plain.process_batch(records)
+    assert plain.n_alarm_resets == 0
+
+    def acc(o):
+        return np.mean([r["y_pred"] == r["y"] for r in o[700:900]])
+
+    assert acc(outs) > acc(plain_outs), (acc(outs), acc(plain_outs))

@@ -1,0 +1,166 @@
+"""Parameter checks and check-suite hooks of the ``hare-tortoise`` operator.
+
+Kept apart from :mod:`~shiftwatch.operators.learners.hare_tortoise` so that module stays short;
+:func:`validate_params` raises a ``ValueError`` naming the parameter, :class:`CheckSuiteHooks`
+gives the shared operator check suite its parameter sets, test stream and bad records, and
+:func:`reset_head` re-initialises a network's last layer.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.operators.learners.task_boundaries import check_inner_detector
+from shiftwatch.operators.learners.torch_nets import check_int, is_int, load_torch
+
+__all__ = ["validate_params", "CheckSuiteHooks", "reset_head", "RESET_TO"]
+
+#: What an alarm reset does (``reset_to``).
+RESET_TO = ("tortoise", "head", "full")
+
+
+def _tiny_batchnorm_net() -> Any:
+    """4 -> 8 (batch norm, dropout) -> 3: the check suite's user-factory case."""
+    torch = load_torch("hare-tortoise")
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                               torch.nn.Dropout(0.1), torch.nn.Linear(8, 3))
+
+
+def reset_head(net: Any, fresh: Any) -> None:
+    """Copy the last module holding parameters of its own (the head) from ``fresh`` into
+    ``net``, parameters and buffers (values only, in place)."""
+    torch = load_torch("hare-tortoise")
+    heads = [n for n, m in net.named_modules() if any(True for _ in m.parameters(recurse=False))]
+    mine = dict(net.named_modules())[heads[-1]]
+    new = dict(fresh.named_modules())[heads[-1]]
+    with torch.no_grad():
+        for p, f in zip([*mine.parameters(recurse=False), *mine.buffers(recurse=False)],
+                        [*new.parameters(recurse=False), *new.buffers(recurse=False)],
+                        strict=True):
+            p.copy_(f)
+
+
+def validate_params(op: Any, methods: dict) -> None:
+    """Raise ``ValueError`` naming the first invalid parameter of a ``HareTortoise``."""
+    METHODS = methods  # noqa: N806 (the operator's table, as it is named there)
+    def positive_int(name: str, minimum: int = 1) -> None:
+        check_int(op, name, minimum)
+
+    def real_in(name: str, lo: float, hi: float, hi_open: bool = False) -> None:
+        v = getattr(op, name)
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and lo <= v <= hi
+        if ok and hi_open and v == hi:
+            ok = False
+        if not ok:
+            bracket = ")" if hi_open else "]"
+            raise ValueError(f"{name} must be a number in [{lo}, {hi}{bracket}, got {v!r}")
+
+    positive_int("in_dim")
+    positive_int("n_classes", 2)
+    hidden = [op.hidden] if is_int(op.hidden) else op.hidden
+    if (isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence)
+            or not all(is_int(h) and h >= 1 for h in hidden)):
+        raise ValueError(f"hidden must be an integer >= 1 or a list of them, "
+                         f"got {op.hidden!r}")
+    if op.model is not None and not callable(op.model):
+        raise ValueError(f"model must be None or a zero-argument callable returning a "
+                         f"torch.nn.Module, got {op.model!r}")
+    if op.method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, "
+                         f"got {op.method!r}")
+    real_in("ema_momentum", 0.0, 1.0, hi_open=True)
+    if op.ema_warmup is not None:
+        real_in("ema_warmup", 1.0, float("inf"))
+    if op.reset_every is not None:
+        positive_int("reset_every")
+    if op.reset_every_records is not None:
+        positive_int("reset_every_records")
+        if op.reset_every is not None:
+            raise ValueError("reset_every and reset_every_records: give at most one of them")
+    positive_int("reset_lr_warmup", 0)
+    positive_int("batch_size")
+    positive_int("replay_ratio")
+    if op.replay_size is not None:
+        positive_int("replay_size", 0)
+    positive_int("buffer_size", 0)
+    real_in("lr", 0.0, float("inf"))
+    real_in("weight_decay", 0.0, float("inf"))
+    if op.clip_norm is not None:
+        real_in("clip_norm", 0.0, float("inf"))
+    real_in("shrink", 0.0, 1.0)
+    if op.predict_with not in ("tortoise", "hare"):
+        raise ValueError(f"predict_with must be 'tortoise' or 'hare', "
+                         f"got {op.predict_with!r}")
+    if op.reset_on not in (None, "alarm"):
+        raise ValueError(f"reset_on must be None or 'alarm', got {op.reset_on!r}")
+    if op.reset_to not in RESET_TO:
+        raise ValueError(f"reset_to must be one of {', '.join(map(repr, RESET_TO))}, "
+                         f"got {op.reset_to!r}")
+    check_inner_detector(op.detector, op.detector_params)
+    positive_int("min_reset_gap", 0)
+    if not isinstance(op.field, str) or not op.field:
+        raise ValueError(f"field must be a non-empty string, got {op.field!r}")
+    if not is_int(op.seed) or not 0 <= op.seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {op.seed!r}")
+    if op.threads is not None and (not is_int(op.threads) or op.threads < 1):
+        raise ValueError(f"threads must be None or an integer >= 1, got {op.threads!r}")
+
+
+
+class CheckSuiteHooks:
+    """The shared operator check suite's hooks (mixed into ``HareTortoise``)."""
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict]:
+        base = {"in_dim": 4, "n_classes": 3, "hidden": [8], "batch_size": 4, "buffer_size": 16,
+                "ema_momentum": 0.9, "reset_every": 5, "seed": 3, "detector": None}
+        # Head reset differs from warm start only at a task change: its own tests cover it.
+        yield base
+        yield {**base, "method": "ema", "predict_with": "hare", "replay_ratio": 2,
+               "replay_size": 2}
+        yield {**base, "method": "warm", "clip_norm": None}
+        yield {**base, "method": "shrink-perturb", "buffer_size": 0}
+        yield {**base, "model": _tiny_batchnorm_net}
+        # The defaults' reset rules: a record cadence, and DDM on the 0/1 loss resetting the head.
+        yield {**{k: v for k, v in base.items() if k not in ("reset_every", "detector")},
+               "reset_every_records": 24, "min_reset_gap": 10}
+
+    @classmethod
+    def _test_stream(cls, params: dict, n: int = 120, seed: int = 0) -> list[dict]:
+        """Three Gaussian classes in 4-d; the class means move at n/2 (task 0 -> 1); every
+        7th record is unlabelled and every 11th an evaluation-only record."""
+        rng = np.random.default_rng(seed)
+        d = params.get("in_dim", 4)
+        k = params.get("n_classes", 3)
+        means = rng.normal(0, 2, (2, k, d))
+        out = []
+        for i in range(n):
+            task = int(i >= n // 2)
+            c = int(rng.integers(k))
+            rec = {"key": "k", "ts": float(i), "offset": i,
+                   "value": (means[task, c] + rng.normal(0, 1, d)).tolist(), "y": c,
+                   "task": task}
+            if i % 7 == 3:
+                rec["y"] = None
+            elif i % 11 == 5:
+                rec["train"] = False
+            out.append(rec)
+        return out
+
+    @classmethod
+    def _bad_records(cls, params: dict) -> list[dict]:
+        d = params.get("in_dim", 4)
+        k = params.get("n_classes", 3)
+        return [
+            {"key": "k", "value": [0.0] * (d + 1), "y": 0},
+            {"key": "k", "value": [float("nan")] + [0.0] * (d - 1), "y": 0},
+            {"key": "k", "value": [0.0] * d, "y": k},
+            {"key": "k", "value": [0.0] * d, "y": 0.5},
+            {"key": "k", "value": [0.0] * d, "y": "cat"},
+            {"key": "k", "y": 0},
+        ]
+
