@@ -71,11 +71,13 @@ class LinearProbe:
             wa.addmm_(torch.addcmul(target, p_t, scale, value=-1.0), fa, alpha=self.lr)
         self.w, self.b = wa[:, :-1].contiguous(), wa[:, -1].contiguous()
 
-    def refit(self, feats: Any, ys: np.ndarray, steps: int) -> None:
-        """Train from zero on ``feats`` with labels ``ys``, every class weighted equally."""
+    def refit(self, feats: Any, ys: np.ndarray, steps: int, warm: bool = False) -> None:
+        """Train from zero (from the current weights if ``warm``) on ``feats`` with labels
+        ``ys``, every class weighted equally."""
         torch = load_torch()
         counts = np.bincount(ys).astype(np.float32)
         weights = torch.from_numpy(1.0 / counts[ys])
-        self.w = torch.zeros_like(self.w)
-        self.b = torch.zeros_like(self.b)
+        if not warm:
+            self.w = torch.zeros_like(self.w)
+            self.b = torch.zeros_like(self.b)
         self.sgd(feats, torch.from_numpy(ys), steps, weights)
