@@ -225,9 +225,11 @@ def run_quality(runs_spd: int, runs_gr: int, runs_authors: int) -> dict:
         ours_retr, ours_exp, newma, rff = [], [], [], []
         for seed in range(runs):
             xs = gen(seed)
-            ours_retr.append(KarcherDetector(kind, update="retraction").score_many(xs))
+            ours_retr.append(KarcherDetector(kind, update="retraction",
+                                             threshold="adaptive").score_many(xs))
             if kind == "spd":
-                ours_exp.append(KarcherDetector(kind, update="exp").score_many(xs))
+                ours_exp.append(KarcherDetector(kind, update="exp",
+                                                threshold="adaptive").score_many(xs))
                 vec = vectorise_spd(xs)
                 newma.append(newma_euclidean(vec))
                 rff.append(newma_rff(vec, w))
@@ -409,8 +411,8 @@ def run_speed(rounds: int = 7) -> list[dict]:
                 eigh(x)
                 eigh(x)
 
-        det_exp = KarcherDetector(kind, update="exp")
-        det_retr = KarcherDetector(kind, update="retraction")
+        det_exp = KarcherDetector(kind, update="exp", threshold="adaptive")
+        det_retr = KarcherDetector(kind, update="retraction", threshold="adaptive")
         det_exp.score_many(xs[:3])
         det_retr.score_many(xs[:3])
 
@@ -448,13 +450,13 @@ def run_bulk(n: int = 100_000) -> dict:
     m0, _ = authors_spd_scales()
     xs = stats.wishart(df=11, scale=m0).rvs(size=n, random_state=rng)
     xs = np.ascontiguousarray((xs + xs.transpose(0, 2, 1)) / 2)
-    det = KarcherDetector(SPD(8), update="retraction")
+    det = KarcherDetector(SPD(8), update="retraction", threshold="adaptive")
     det.score_many(xs[:10])
     t0 = time.perf_counter()
     g = det.score_many(xs)
     sec = time.perf_counter() - t0
     t0 = time.perf_counter()
-    det2 = KarcherDetector(SPD(8), update="exp")
+    det2 = KarcherDetector(SPD(8), update="exp", threshold="adaptive")
     det2.score_many(xs)
     sec_exp = time.perf_counter() - t0
     return {"n": n, "seconds_retraction": sec, "seconds_exp": sec_exp,

@@ -13,7 +13,13 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+#: Two tests build a wheel from the repository, which setuptools does in place (ROOT/build,
+#: shiftwatch.egg-info): under pytest-xdist (--dist loadgroup) they run one after the other
+#: on one worker.
+pytestmark = pytest.mark.xdist_group("wheel-from-the-repository")
 #: source folder -> where its modules live inside the installed package
 FOLDERS = {"shiftwatch": "shiftwatch", "streams": "shiftwatch/streams",
            "operators": "shiftwatch/operators", "sinks": "shiftwatch/sinks",

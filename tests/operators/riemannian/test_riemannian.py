@@ -128,7 +128,8 @@ def test_update_many_and_operator_batch_equal_the_loop(spd_stream, threshold):
     assert create("karcher", **params).process_batch(records) == outs
 
 
-@pytest.mark.parametrize("params", [{}, {"threshold": 0.25}, {"warm_start": False}])
+@pytest.mark.parametrize("params", [{}, {"threshold": 0.25}, {"threshold": "adaptive"},
+                                    {"warm_start": False, "threshold": "adaptive"}])
 def test_defaults_batch_equals_loop_and_restores_mid_warm_start(spd_stream, params):
     # The default burn-in (derived) and warm start (one kernel call per warm sample), with
     # resets at alarms: update_many == the update loop, and a state saved inside the warm
@@ -157,14 +158,18 @@ def test_default_burn_in_is_what_the_statistic_needs():
     assert KarcherDetector(burn_in=400).burn_in_length == 400
 
 
-def test_defaults_alarm_on_a_short_stream():
-    # A few hundred records (a change at 150 of 300): the defaults find it; burn_in=400,
-    # warm_start=False (the defaults before issue 23) could not alarm at all.
+def test_adaptive_threshold_alarms_on_a_short_stream():
+    # A few hundred records (a change at 150 of 300): the derived burn-in and warm start with
+    # the authors' adaptive threshold find it; burn_in=400, warm_start=False (the defaults
+    # before issue 23) could not alarm at all, nor can the default calibrated threshold,
+    # whose burn-in and calibration (75 + 500) are longer than the stream.
     xs = np.array([r["value"] for r in WishartSPDStream(n=300, change_point=150, seed=3,
                                                          dim=4, c=1.0)])
-    got = alarms_of(KarcherDetector("spd"), xs)
+    got = alarms_of(KarcherDetector("spd", threshold="adaptive"), xs)
     assert any(150 <= t < 220 for t in got), got
-    assert alarms_of(KarcherDetector("spd", burn_in=400, warm_start=False), xs) == []
+    assert alarms_of(KarcherDetector("spd", threshold="adaptive", burn_in=400,
+                                     warm_start=False), xs) == []
+    assert alarms_of(KarcherDetector("spd"), xs) == []
 
 
 def test_reset_on_alarm(spd_stream):
@@ -223,7 +228,8 @@ def test_state_roundtrip_mid_stream(grassmann_stream):
 def test_adaptive_threshold_follows_the_authors_rule(spd_stream, warm_start):
     # The authors' moments from 0; with the warm start divided by their total weight
     # 1 - 0.995^n (the weighted moments of the statistics seen, without a zero past).
-    det = KarcherDetector("spd", burn_in=10, reset_on_alarm=False, warm_start=warm_start)
+    det = KarcherDetector("spd", threshold="adaptive", burn_in=10, reset_on_alarm=False,
+                          warm_start=warm_start)
     m = v = w = 0.0
     for x in spd_stream[:200]:
         det.update(x)
