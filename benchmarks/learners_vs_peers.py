@@ -370,6 +370,10 @@ def which_to_use(summ: dict) -> str:
             verdict = "so hare-tortoise is the one to take where the stream drifts"
         elif np.isfinite(hb) and mb + hb < 0:
             verdict = "so the plain MLP is the better of the two"
+        elif np.isfinite(ha) and ma - ha > 0:
+            verdict = ("so hare-tortoise's defaults are measurably above the plain MLP on the "
+                       "stationary stream, and after the changes not measurably different with "
+                       "these seeds")
         else:
             verdict = ("so hare-tortoise's defaults buy nothing measurable over the plain MLP "
                        "on these streams")
