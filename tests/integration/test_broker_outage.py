@@ -289,7 +289,10 @@ def test_a_cluster_that_does_not_come_back_stops_the_stage_with_one_line(
             failed.append(exc)
             os.kill(os.getpid(), signal.SIGTERM)  # run_pipeline's handler: a clean stop
 
-    watchdog = threading.Timer(150, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    # A hang guard only (the timing under test is asserted below, from the second loss).
+    # kafka-python's stage can take about 2 minutes to notice that the broker came back
+    # empty (a known issue, to be investigated: issue 37's note); 150 s was at that edge.
+    watchdog = threading.Timer(300, lambda: os.kill(os.getpid(), signal.SIGTERM))
     try:
         create_topics(bootstrap, 2, "outage.raw")
         produce(bootstrap, "outage.raw", sensor_records(100, keys=6))
