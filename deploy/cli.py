@@ -10,7 +10,6 @@ sources, labels and pipeline files are checked becomes a :class:`UserError`; one
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -20,6 +19,7 @@ from typing import Any
 import yaml
 
 from shiftwatch.deploy.catalog import cmd_operators, cmd_sources
+from shiftwatch.deploy.cli_labels import load_labels
 from shiftwatch.deploy.console import print_failed, print_scores
 from shiftwatch.deploy.errors import UserError, user_input
 from shiftwatch.deploy.key_alarms import parse_max_key_series
@@ -46,82 +46,6 @@ def parse_params(pairs: list[str] | None, what: str = "--param") -> dict[str, An
         except yaml.YAMLError:
             params[k] = v
     return params
-
-
-def load_labels(spec: str, source_name: str | None = None) -> dict:
-    """Read true change points from ``spec``.
-
-    Positions are 0-based positions in each key's own stream (the ``n``-th record of that key),
-    not line numbers. ``spec`` is a comma-separated list (``"120,480"``, the same for every
-    key) or a JSON file holding one of:
-
-    * ``[120, 480]``: the same change points for every key;
-    * ``{"s1": [120, 480], "s2": []}``: per key (``[]`` means the key never changed, a key
-      left out is not scored, ``"*"`` gives the labels of every key not named);
-    * ``{"s1": {"ann1": [120], "ann2": [118]}}``: per key, several annotators
-      (``{"*": {"ann1": [...], "ann2": [...]}}``: annotators for every key);
-    * ``{"ann1": [...], "ann2": [...]}``: annotators, for an unkeyed stream (no ``key``);
-    * a TCPD annotations file (dataset -> annotator -> positions): the dataset named like
-      the source, or the only one of an unkeyed stream.
-
-    Which names are keys is decided against the stream's keys
-    (:func:`shiftwatch.sinks.labels.plan_labels`): a name that is not a key of a keyed
-    stream is an error, never an annotator for every key. The every-key forms come back as
-    ``{"*": ...}``.
-
-    >>> load_labels("120, 480")
-    {'*': [120, 480]}
-    >>> load_labels("[]")  # the same JSON inline: no key ever changed
-    {'*': []}
-    """
-    from shiftwatch.sinks.labels import EVERY_KEY
-
-    path = Path(spec)
-    if not path.exists() and spec.strip()[:1] in ("[", "{"):
-        try:  # the JSON forms inline: '[]' says no key ever changed
-            data = json.loads(spec)
-        except ValueError as exc:
-            raise UserError(f"--labels {spec!r}: not a file, and not JSON ({exc})") from None
-    elif not path.exists():
-        parts = [p.strip() for p in spec.split(",") if p.strip()]
-        try:
-            return {EVERY_KEY: sorted(int(p) for p in parts)}
-        except ValueError:
-            raise UserError(f"--labels {spec!r}: no such file, and not a list of indices") from None
-    else:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise UserError(f"--labels {spec}: cannot read JSON ({exc})") from None
-    try:
-        if isinstance(data, list):
-            return {EVERY_KEY: sorted(_position(i) for i in data)}
-        if isinstance(data, dict) and data and all(isinstance(v, (dict, list))
-                                                   for v in data.values()):
-            if isinstance(data.get(source_name), dict) and source_name != EVERY_KEY:
-                # TCPD: dataset -> annotator -> positions, the one named like the source
-                return {EVERY_KEY: _annotators(data[source_name])}
-            # key -> positions or annotator -> positions (or an unkeyed stream's annotators
-            # or one TCPD data set: decided against the stream's keys)
-            return {str(k): _annotators(v) if isinstance(v, dict) else
-                    sorted(_position(i) for i in v) for k, v in data.items()}
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"--labels {spec}: {exc}") from None
-    raise UserError(f"--labels {spec}: expected a list of positions, key -> positions or "
-                    "key -> annotator -> positions (see `shiftwatch replay --help`)")
-
-
-def _annotators(v: dict) -> dict:
-    if not all(isinstance(pts, list) for pts in v.values()):
-        raise ValueError("expected annotator -> list of positions")
-    return {str(a): sorted(_position(i) for i in pts) for a, pts in v.items()}
-
-
-def _position(i: Any) -> int:
-    if isinstance(i, bool) or not isinstance(i, (int, float)) or not float(i).is_integer() \
-            or i < 0:
-        raise ValueError(f"positions must be integers >= 0, got {i!r}")
-    return int(i)
 
 
 class _OperatorAction(argparse.Action):
@@ -167,6 +91,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not getattr(args, "stages", None):
         raise UserError("replay needs at least one --operator NAME (see `shiftwatch operators`)")
     ops = _build_operators(args.stages)  # validate before opening anything
+    from shiftwatch.deploy.expiry import Expiry
+
+    with user_input():
+        expiry = Expiry.from_settings({"ttl_seconds": args.key_ttl, "clock": args.key_clock,
+                                       "max_keys": args.max_keys})
+    from shiftwatch.deploy.time_rule import check_time
+
+    try:
+        time_rule = check_time({"allowed_lateness_seconds": args.allowed_lateness,
+                                "drop_duplicates": args.drop_duplicates})
+    except ValueError as exc:
+        raise UserError(f"--allowed-lateness/--drop-duplicates: {exc}") from None
     source_opts = parse_params(args.source_opt, "--source-opt")
     if args.source.startswith("kafka:"):  # a bounded wait for the cluster, client log quiet
         from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
@@ -188,7 +124,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       "source options": " ".join(args.source_opt or []) or None,
                       **{f"operator {i + 1}": " ".join([s["name"], *s["params"]])
                          for i, s in enumerate(args.stages)},
-                      "labels": args.labels, "speed": args.speed,
+                      "labels": args.labels, "speed": args.speed, "key ttl": args.key_ttl,
+                      "max keys": args.max_keys,
+                      "allowed lateness": args.allowed_lateness,
+                      "drop duplicates": args.drop_duplicates or None,
                       "batch size": args.batch_size}
         evaluation = EvaluationSink(out, annotations=annotations,
                                     name=getattr(source, "name", args.source), operator=op_label,
@@ -221,7 +160,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         summary = Pipeline(source, ops, sinks, dead_letters=dead, batch_size=args.batch_size,
                            speed=args.speed, progress=not args.no_progress,
-                           metrics=metrics).run()
+                           metrics=metrics, expiry=expiry, time=time_rule).run()
     except WriteFailed as exc:  # a file could not be written (a full disk): the run stopped
         summary, stopped = getattr(exc, "summary", None), exc
     except LabelsError as exc:  # known only at the end: the keys of the stream
@@ -571,6 +510,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--alert-opt", action="append", metavar="K=V",
                    help="alert setting: format=json|slack, retries=3, backoff_s=0.5, "
                         "timeout_s=5, per_key_per_minute=10, queue_size=10000")
+    r.add_argument("--key-ttl", type=float, metavar="SECONDS", help="forget a key not seen for "
+                   "SECONDS (of event time; see --key-clock); its next record starts it afresh")
+    r.add_argument("--key-clock", default="event", choices=["event", "wall"],
+                   help="what --key-ttl counts: record ts (event, the default) or seconds of "
+                        "this run (wall)")
+    r.add_argument("--max-keys", type=int, metavar="N",
+                   help="keep at most N keys, forgetting the least recently seen first")
+    r.add_argument("--allowed-lateness", type=float, metavar="SECONDS",
+                   help="per key, a record whose ts is more than SECONDS before the key's "
+                        "latest is a dead letter (reason 'late'); default: no limit")
+    r.add_argument("--drop-duplicates", type=int, default=0, metavar="N",
+                   help="drop a record equal (key, ts, every field) to one of its key's last "
+                        "N records (0-10000; default 0, off); dropped records are not "
+                        "counted as the key's positions")
     r.set_defaults(func=cmd_replay, stages=None)
 
     k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "

@@ -29,6 +29,8 @@ from typing import Any
 
 from shiftwatch.codec import decode_record, encode_record
 from shiftwatch.deploy.deduper import DUPLICATE, Deduper
+from shiftwatch.deploy.expiry import Expiry
+from shiftwatch.deploy.time_rule import clamp_change_ts, is_time_rule
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.records import BadInput, DeadLetter, reason_kind
 
@@ -54,6 +56,8 @@ class RunSummary:
     #: why a run ended before its source did (an error: a full disk, out of memory), or None
     stopped: str | None = None
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    #: keys forgotten by the stage's ``state`` rule (deploy/expiry.py): idle, over the maximum
+    keys_evicted: int = 0
     #: alarms raised by each operator of the chain whose outputs carry ``alarm`` (a detector),
     #: by ``"<position>:<name>"``: a detector inside a chain (its alarms feed the next
     #: operator: a learner's resets) is reported too, not only the last operator's
@@ -97,6 +101,8 @@ class RunSummary:
              f"{self.outputs} outputs, {self.alarms} alarms, {self.dead_letters} dead letters")
         if self.duplicates_dropped:
             s += f", {self.duplicates_dropped} duplicates dropped"
+        if self.keys_evicted:
+            s += f", {self.keys_evicted} keys expired"
         if len(self.alarms_by_operator) > 1 or (self.alarms_by_operator and not
                                                  self._last_is_detector):
             s += " (alarms by operator: " + ", ".join(
@@ -113,14 +119,18 @@ class RunSummary:
 class Batch:
     """What :meth:`StageExecutor.process` made of a micro-batch.
 
-    ``inputs`` are the records that reached the operators, ``outputs`` the last operator's
-    outputs in input order, ``dead_letters`` the dead-letter records (schema of
-    :meth:`~shiftwatch.records.DeadLetter.to_record`) of the operators' rejections.
+    ``inputs`` are the records that reached the operators (those the rule for time and
+    duplicates kept, when the chain starts with it: :mod:`~shiftwatch.deploy.time_rule`),
+    ``outputs`` the last operator's outputs in input order, ``dead_letters`` the dead-letter
+    records (schema of :meth:`~shiftwatch.records.DeadLetter.to_record`) of the operators'
+    rejections.
     """
 
     inputs: list[dict]
     outputs: list[dict]
     dead_letters: list[dict]
+    #: keys the stage's expiry rule removed after this batch (:meth:`StageExecutor.expire`)
+    evicted: list = field(default_factory=list)
 
 
 class StageExecutor:
@@ -153,6 +163,9 @@ class StageExecutor:
     deduper
         The :class:`~shiftwatch.deploy.deduper.Deduper` to use (a Kafka stage passes one
         that knows the upstream topic and its end offsets).
+    expiry
+        Optional :class:`~shiftwatch.deploy.expiry.Expiry`: the keys it finds due after a
+        batch are removed from every operator (:meth:`expire`).
 
     Examples
     --------
@@ -174,12 +187,17 @@ class StageExecutor:
                  value: str = "value", key: str | None = None, ts: str | None = None,
                  dedupe: bool = False, summary: RunSummary | None = None, keyed: bool = True,
                  observer: Any = None, max_message_bytes: int | None = None,
-                 deduper: Deduper | None = None, loose: bool = False):
+                 deduper: Deduper | None = None, loose: bool = False,
+                 expiry: Expiry | None = None):
         self.loose = loose
+        self.expiry = expiry
         self.operators = [op if (isinstance(op, Keyed) or not keyed) else Keyed(op)
                           for op in operators]
         self.names = list(names) if names is not None else [
             _name(op) for op in self.operators]
+        #: 1 when the chain starts with the rule for time and duplicates (deploy/time_rule.py):
+        #: what it keeps are the stage's inputs; it is not counted as an operator
+        self._skip = 1 if self.operators and is_time_rule(self.operators[0]) else 0
         self.value = value
         self.key = key
         self.ts = ts
@@ -238,17 +256,24 @@ class StageExecutor:
         ``{"offset": offset}``) and whose ``raw`` is ``raws[offset]`` (default: the record
         the operator got). Outputs come in the order of the records they came from. Counts
         outputs, alarms and dead letters. With ``dirty``, ``dirty[i]`` gains the keys of the
-        records operator ``i`` got (what the next checkpoint must write).
+        records operator ``i`` got (what the next checkpoint must write). A chain may start
+        with the rule for time and duplicates (:mod:`~shiftwatch.deploy.time_rule`): its late
+        records are dead letters, its dropped duplicates are counted in
+        ``duplicates_dropped``, it is not numbered among the operators in
+        ``alarms_by_operator``. Every output's ``change_ts`` is at most its ``ts``.
 
         An exception other than :class:`~shiftwatch.records.BadInput` from an
         operator propagates; the operators' state may then hold part of the batch.
         """
         inputs = records
+        if self.expiry is not None:
+            self.expiry.touch(records)
         position = {r.get("offset"): i for i, r in enumerate(records)}
         dead: list[dict] = []
         for i, op in enumerate(self.operators):
             if dirty is not None:
                 dirty[i] |= self.dirty_keys(records)
+            n_in, n_dead = len(records), len(dead)
             outs = op.process_batch(records)
             records = []
             for o in outs:
@@ -256,16 +281,48 @@ class StageExecutor:
                     dead.append(self._operator_dead_letter(o, self.names[i], origins, raws))
                 else:
                     records.append(o)
+            if i < self._skip:  # the time rule: it drops exact duplicates, rejects late ones
+                self.summary.duplicates_dropped += n_in - len(records) - (len(dead) - n_dead)
+                inputs = records = _in_order(records, position)
+                continue
             self._count_alarms(i, records)
         if len(self.operators) and _grouped(records):
             # Keyed groups by key: back to input order (per key the order is unchanged), so
             # each upstream partition's offsets increase along every output partition.
             end = len(position)
             records.sort(key=lambda o: position.get(o.get("offset"), end))
+        clamp_change_ts(records)
         s = self.summary
         s.outputs += len(records)
         s.alarms += sum(1 for r in records if r.get("alarm"))
-        return Batch(inputs=inputs, outputs=records, dead_letters=dead)
+        gone = self.expire(dirty) if self.expiry is not None else []
+        return Batch(inputs=inputs, outputs=records, dead_letters=dead, evicted=gone)
+
+    def expire(self, dirty: list[set] | None = None) -> list:
+        """Remove the keys :attr:`expiry` finds due from every operator (the next record of
+        such a key starts it afresh); with ``dirty``, each removed key is marked changed in
+        the operators that held it (the next checkpoint writes its removal). Returns the
+        keys removed from at least one operator; counts them in the summary and tells the
+        observer (``observer.keys_evicted(n)``)."""
+        if self.expiry is None:
+            return []
+        gone = []
+        for key in self.expiry.due():
+            held = False
+            for i, op in enumerate(self.operators):
+                evict = getattr(op, "evict", None)  # (not keyed: nothing per key)
+                if evict is not None and evict(key):
+                    held = True
+                    if dirty is not None:
+                        dirty[i].add(key)
+            if held:
+                gone.append(key)
+        if gone:
+            self.summary.keys_evicted += len(gone)
+            tell = getattr(self.observer, "keys_evicted", None)
+            if tell is not None:
+                tell(len(gone))
+        return gone
 
     def _count_alarms(self, i: int, records: list[dict], observe: bool = True) -> None:
         """Operator ``i``'s alarms in this batch: per operator in the summary (a detector
@@ -277,11 +334,11 @@ class StageExecutor:
             if a is not None:
                 detector = True
                 n += 1 if a else 0
-        key = f"{i}:{self.names[i]}"
+        key = f"{i - self._skip}:{self.names[i]}"
         counts = self.summary.alarms_by_operator
         if detector or key in counts:
             counts[key] = counts.get(key, 0) + n
-            self.summary.n_operators = len(self.operators)
+            self.summary.n_operators = len(self.operators) - self._skip
         if observe and self.observer is not None:
             per_key: dict = {}  # one observer call per operator and batch, not per record
             if n:
@@ -309,9 +366,11 @@ class StageExecutor:
                     dead.append(self._operator_dead_letter(o, self.names[i], None, None))
                 else:
                     records.append(o)
-            self._count_alarms(i, records, observe=False)
+            if i >= self._skip:
+                self._count_alarms(i, records, observe=False)
         end = 1 << 62
         records.sort(key=lambda o: o.get("offset") if isinstance(o.get("offset"), int) else end)
+        clamp_change_ts(records)
         s = self.summary
         s.outputs += len(records)
         s.alarms += sum(1 for r in records if r.get("alarm"))
@@ -419,6 +478,14 @@ def _name(op: Any) -> str:
         if isinstance(name, str) and name:
             return name
     return type(op).__name__
+
+
+def _in_order(records: list[dict], position: Mapping) -> list[dict]:
+    """``records`` in input order (``position``: offset -> index), if Keyed grouped them."""
+    if not _grouped(records):
+        return records
+    end = len(position)
+    return sorted(records, key=lambda o: position.get(o.get("offset"), end))
 
 
 def _grouped(records: list[dict]) -> bool:

@@ -17,7 +17,9 @@ from collections.abc import Iterable, Sequence
 
 from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
+from shiftwatch.deploy.expiry import Expiry
 from shiftwatch.deploy.positions import ChangePositions
+from shiftwatch.deploy.time_rule import rule_operator
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.records import DeadLetter, reason_kind
@@ -170,6 +172,13 @@ class Pipeline:
         Optional :class:`~shiftwatch.deploy.observability.StageMetrics` to report to
         (``shiftwatch replay --metrics-port``): counters, batch times, liveness, and ready
         while the replay runs.
+    expiry
+        Optional :class:`~shiftwatch.deploy.expiry.Expiry`: keys idle too long or over a
+        maximum are forgotten after each batch (``--key-ttl``, ``--max-keys``).
+    time
+        The rule for time and duplicates (``{"allowed_lateness_seconds": ..., "drop_duplicates":
+        ...}``, :mod:`~shiftwatch.deploy.time_rule`; ``--allowed-lateness``,
+        ``--drop-duplicates``): when on, it runs first, keyed; None: off.
     stop_if_all_dead
         Stop with :class:`AllDeadLetters` when the first this many items of the source (or
         all of them, when there are fewer) are dead letters for one reason
@@ -213,7 +222,8 @@ class Pipeline:
     def __init__(self, source: Iterable, operators: Sequence[Operator], sinks: Sequence = (),
                  dead_letters=None, batch_size: int = 1000, speed: float | None = None,
                  progress: bool = True, keyed: bool = True, metrics=None,
-                 stop_if_all_dead: int | None = ALL_DEAD_FIRST, change_positions: bool = True):
+                 stop_if_all_dead: int | None = ALL_DEAD_FIRST, change_positions: bool = True,
+                 expiry: Expiry | None = None, time: dict | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if speed is not None and speed < 0:
@@ -221,6 +231,9 @@ class Pipeline:
         self.source = source
         self.operators = [op if (isinstance(op, Keyed) or not keyed) else Keyed(op)
                           for op in operators]
+        rule = rule_operator(time)
+        if rule is not None:
+            self.operators.insert(0, rule)
         self.sinks = list(sinks)
         self.dead_letters = dead_letters
         self.batch_size = batch_size
@@ -229,6 +242,7 @@ class Pipeline:
         self.metrics = metrics
         self.stop_if_all_dead = stop_if_all_dead
         self.change_positions = change_positions
+        self.expiry = expiry
 
     # ------------------------------------------------------------------------------
 
@@ -245,7 +259,7 @@ class Pipeline:
 
     def _run(self) -> RunSummary:
         ex = StageExecutor(self.operators, keyed=False,  # wrapped (or not) already
-                           observer=self.metrics)
+                           observer=self.metrics, expiry=self.expiry)
         summary = self._summary = ex.summary
         what = str(getattr(self.source, "path", None) or getattr(self.source, "name", None)
                    or "the source")
@@ -380,6 +394,8 @@ class Pipeline:
         if self._positions is not None:
             self._positions.inputs(result.inputs)
             self._positions.outputs(result.outputs)
+            for key in result.evicted:  # its detector counts from 0 again
+                self._positions.forget(key)
         for sink in self.sinks:
             if getattr(sink, "wants_inputs", False):
                 sink.write_inputs(result.inputs)

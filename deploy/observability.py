@@ -59,7 +59,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "shiftwatch_dead_letters_total": (
         "counter", ("pipeline", "stage", "reason"),
         "Dead letters by reason class (decode, missing_field, not_a_number, shape, "
-        "out_of_range, other)."),
+        "out_of_range, late, other)."),
     "shiftwatch_alarms_total": (
         "counter", ("pipeline", "stage", "operator"),
         "Outputs with alarm=true, by the operator that emitted them."),
@@ -77,7 +77,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Alarms handed to the alert webhook, by outcome (sent, failed, dropped, suppressed)."),
     "shiftwatch_duplicates_dropped_total": (
         "counter", ("pipeline", "stage"),
-        "Inputs dropped as duplicates of an upstream stage's re-produced outputs."),
+        "Inputs dropped as duplicates: of an upstream stage's re-produced outputs, or of one "
+        "of the key's last records (time.drop_duplicates)."),
+    "shiftwatch_keys_evicted_total": (
+        "counter", ("pipeline", "stage"),
+        "Keys forgotten by the stage's state rule (idle past ttl_seconds, or over max_keys)."),
     "shiftwatch_batch_seconds": (
         "histogram", ("pipeline", "stage"), "Wall time to process one micro-batch."),
     "shiftwatch_slow_batches_total": (
@@ -110,9 +114,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
 }
 
 #: The values of the ``reason`` label of ``shiftwatch_dead_letters_total``.
-REASON_CLASSES = ("decode", "missing_field", "not_a_number", "shape", "out_of_range", "other")
+REASON_CLASSES = ("decode", "missing_field", "not_a_number", "shape", "out_of_range", "late",
+                  "other")
 
 _REASON_PATTERNS = (
+    ("late", ()),  # the time rule's reasons start with "late: " (deploy/time_rule.py)
     ("decode", ("invalid json", "not utf-8", "tombstone", "is a json", "not a mapping",
                 "key is an object", "not a record mapping")),
     ("missing_field", ("has no field",)),
@@ -149,6 +155,8 @@ def reason_class(reason: str) -> str:
     >>> reason_class("something new")
     'other'
     """
+    if reason.startswith("late: "):
+        return "late"
     low = reason.lower()
     for cls, needles in _REASON_PATTERNS:
         if any(n in low for n in needles):
@@ -318,6 +326,7 @@ class StageMetrics:
         for name, attr in (("shiftwatch_records_in_total", "records_in"),
                            ("shiftwatch_records_out_total", "outputs"),
                            ("shiftwatch_duplicates_dropped_total", "duplicates_dropped"),
+                           ("shiftwatch_keys_evicted_total", "keys_evicted"),
                            ("shiftwatch_checkpoints_total", "checkpoints")):
             now = getattr(summary, attr)
             delta = now - self._seen.get(attr, 0)

@@ -52,7 +52,9 @@ from typing import Any
 import yaml
 
 from shiftwatch.deploy.errors import UserError
+from shiftwatch.deploy.expiry import STATE_DEFAULTS, check_state
 from shiftwatch.deploy.key_alarms import DEFAULT_MAX_KEY_SERIES
+from shiftwatch.deploy.time_rule import TIME_DEFAULTS, check_time
 
 __all__ = [
     "PipelineError",
@@ -195,7 +197,7 @@ _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", 
              "producer", "metrics", "emit", "alerts", "stages")
 _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
                "ts", "guarantee", "checkpoint", "batch", "consumer", "producer", "dedupe",
-               "upstream", "emit", "alerts", "loose")
+               "upstream", "emit", "alerts", "loose", "state", "time")
 #: What a stage writes to its output topic: every output, or only those with ``alarm: true``
 #: (the dead letters, the checkpoints and the committed offsets are the same either way).
 EMIT_CHOICES = ("all", "alarms")
@@ -208,7 +210,8 @@ RESTORE_MODES = ("lazy", "eager")
 #: is installed with shiftwatch).
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 _SECTION_KEYS = {
-    "checkpoint": ("every_records", "every_seconds", "chunk_bytes", "patches", "restore"),
+    "checkpoint": ("every_records", "every_seconds", "chunk_bytes", "patches", "restore",
+                   "compress"),
     "batch": ("max_records", "timeout_ms"),
     "consumer": ("max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
                  "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes",
@@ -222,8 +225,10 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     # patches: keys whose operator offers state_patch (river:*) are written as what changed
     # since their previous version, with a whole state now and then (deploy/kafka/changelog)
     # restore: lazy builds a restored key's operator on its first record (RESTORE_MODES)
+    # compress: each key's state zlib-compressed in the changelog (a cs key: 2.7 -> 0.35 KB;
+    # restored keys not yet seen again are held so, operators/state_codec.compress_state)
     "checkpoint": {"every_records": 10_000, "every_seconds": 10.0, "chunk_bytes": 512 * 1024,
-                   "patches": True, "restore": "lazy"},
+                   "patches": True, "restore": "lazy", "compress": True},
     "batch": {"max_records": 1000, "timeout_ms": 200},
     "consumer": {"max_poll_interval_ms": 300_000, "session_timeout_ms": 10_000,
                  "heartbeat_interval_ms": 3_000, "auto_offset_reset": "earliest",
@@ -282,6 +287,11 @@ class StageConfig:
     emit: str = "all"  # or "alarms": only outputs with alarm: true go to the output topic
     #: the alert webhook's settings (``url``, ``format``, ...: sinks/alerts.py), or None
     alerts: dict | None = None
+    #: when keys expire (``ttl_seconds``, ``clock``, ``max_keys``: deploy/expiry.py)
+    state: dict = field(default_factory=lambda: dict(STATE_DEFAULTS))
+    #: the rule for time and duplicates (``allowed_lateness_seconds``, ``drop_duplicates``:
+    #: deploy/time_rule.py)
+    time: dict = field(default_factory=lambda: dict(TIME_DEFAULTS))
     checkpoint: dict = field(default_factory=lambda: dict(_DEFAULTS["checkpoint"]))
     batch: dict = field(default_factory=lambda: dict(_DEFAULTS["batch"]))
     consumer: dict = field(default_factory=lambda: dict(_DEFAULTS["consumer"]))
@@ -406,7 +416,7 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     ...
     shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
 allowed: name, input, output, operator, params, operators, value, key, ts, guarantee, \
-checkpoint, batch, consumer, producer, dedupe, upstream, emit, alerts, loose
+checkpoint, batch, consumer, producer, dedupe, upstream, emit, alerts, loose, state, time
     """
     def err(msg: str) -> PipelineError:
         return PipelineError(f"{source}: {msg}")
@@ -478,6 +488,23 @@ def _alerts(a: Any, where: str, err) -> dict | None:
     except (TypeError, ValueError) as exc:
         raise err(f"{where}: alerts: {exc}") from None
     return dict(a)
+
+
+def _state(d: Any, where: str, err) -> dict:
+    """``state: {ttl_seconds, clock, max_keys}`` (:func:`shiftwatch.deploy.expiry.check_state`)."""
+    try:
+        return check_state(d)
+    except ValueError as exc:
+        raise err(f"{where}: state: {exc}") from None
+
+
+def _time(d: Any, where: str, err) -> dict:
+    """``time: {allowed_lateness_seconds, drop_duplicates}``
+    (:func:`shiftwatch.deploy.time_rule.check_time`)."""
+    try:
+        return check_time(d)
+    except ValueError as exc:
+        raise err(f"{where}: time: {exc}") from None
 
 
 def _emit(e: Any, where: str, err) -> str:
@@ -613,7 +640,9 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
                        guarantee=_guarantee(raw.get("guarantee", guarantee), where, err),
                        dedupe=dedupe, loose=loose, upstream=upstream,
                        emit=_emit(raw.get("emit", emit), where, err),
-                       alerts=_alerts(raw.get("alerts"), where, err), **sections)
+                       alerts=_alerts(raw.get("alerts"), where, err),
+                       state=_state(raw.get("state"), where, err),
+                       time=_time(raw.get("time"), where, err), **sections)
 
 
 def _op_spec(o: Any, where: str, err) -> OperatorSpec:

@@ -88,6 +88,11 @@ class ChangePositions:
         i = bisect_left(offs, off)
         return i if i < n and offs[i] == off else -1
 
+    def forget(self, key: Any) -> None:
+        """``key`` left the operators' state (it expired): its detector counts from 0 again,
+        its inputs keep their positions."""
+        self._det.pop(_slot(key), None)
+
     def outputs(self, records: Sequence[dict]) -> None:
         """Rewrite the alarms' ``change_at`` in place (outputs in input order, per key)."""
         det = self._det

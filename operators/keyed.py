@@ -147,6 +147,13 @@ class Keyed(Operator):
         built), or None if ``key`` is not deferred."""
         return self._deferred.get(key) if self._deferred else None
 
+    def evict(self, key: Any) -> bool:
+        """Forget ``key`` (its state, built or deferred): its next record starts it afresh.
+        Returns whether the key was there (``key`` as stored: :meth:`normalize_key`)."""
+        if self._deferred and self._deferred.pop(key, None) is not None:
+            return True
+        return self._store.evict(key)
+
     def load_encoded(self, states: Mapping[str, bytes | str]) -> None:
         """Replace the state by the keys' encoded states (``{key_name: dumps_state bytes}``,
         names as in :meth:`state_dict`), building each key's operator only when the key is
@@ -291,6 +298,9 @@ class _Clones:
         if op is None:
             op = self._ops[key] = self._new()
         return op
+
+    def evict(self, key: Any) -> bool:
+        return self._ops.pop(key, None) is not None
 
     def load_key(self, key: Any, state: Mapping) -> None:
         op = self._new()

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["encode_state", "decode_state", "dumps_state", "loads_state",
-           "register_state_extension", "apply_state_patch", "diff_state", "xorb_data"]
+           "register_state_extension", "apply_state_patch", "diff_state", "xorb_data",
+           "compress_state", "inflate_state"]
 
 
 _ND = "__ndarray__"
@@ -303,8 +304,46 @@ def dumps_state(state: Any) -> bytes:
 
 
 def loads_state(data: bytes | str) -> Any:
-    """Inverse of :func:`dumps_state`."""
+    """Inverse of :func:`dumps_state`; also reads what :func:`compress_state` made of it."""
+    if isinstance(data, (bytes, bytearray, memoryview)) and data[:1] == b"x":
+        data = inflate_state(data)
     return decode_state(_loads(data))
+
+
+#: A state's bytes are compressed (:func:`compress_state`) from this size on.
+COMPRESS_FROM = 256
+#: The largest state :func:`inflate_state` expands (a bound against a damaged entry).
+MAX_INFLATED = 1 << 31
+
+
+def compress_state(data: bytes) -> bytes:
+    """``data`` (a state's JSON bytes) zlib-compressed (level 1) if it is at least
+    :data:`COMPRESS_FROM` bytes, else as it is. Compressed bytes begin with ``x`` (zlib's
+    header), which no JSON text does, so :func:`loads_state` tells them apart. A changelog
+    holds its keys' states this way: a ``cs`` key's 2.7 KB state is about 0.35 KB.
+
+    >>> s = dumps_state({"x": [0.0] * 100})
+    >>> z = compress_state(s)
+    >>> len(s), len(z) < len(s) // 4, z[:1], loads_state(z) == loads_state(s)
+    (407, True, b'x', True)
+    """
+    if len(data) < COMPRESS_FROM or data[:1] == b"x":
+        return data
+    return zlib.compress(data, 1)
+
+
+def inflate_state(data: bytes | bytearray | memoryview) -> bytes:
+    """The JSON bytes of a compressed state (``ValueError`` if damaged, or if it would
+    expand past :data:`MAX_INFLATED` bytes)."""
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(data, MAX_INFLATED)
+    except zlib.error as exc:
+        raise ValueError(f"a compressed state cannot be read ({exc})") from None
+    if d.unconsumed_tail or not d.eof:
+        raise ValueError("a compressed state is cut short or expands past "
+                         f"{MAX_INFLATED:,} bytes")
+    return out
 
 
 try:

@@ -226,6 +226,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         self._reset_columns()
         self._alarms_by_operator: list[dict] | None = None
         self._incomplete: dict | None = None
+        self._keys_evicted = 0  # keys the run's expiry rule forgot (deploy/expiry.py)
         self._dead_count = 0
         self._dead_reasons: Counter[str] = Counter()
         self._dead_first: list[dict] = []
@@ -362,6 +363,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
                else getattr(summary, "stopped", None))
         if why:
             self._incomplete = {"why": why, "records_read": getattr(summary, "records_in", None)}
+        self._keys_evicted = int(getattr(summary, "keys_evicted", 0) or 0)
         by_op = getattr(summary, "alarms_by_operator", None)
         if by_op:
             self._alarms_by_operator = [{"operator": k.split(":", 1)[1],

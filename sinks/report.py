@@ -150,6 +150,10 @@ class ReportBuilder:
         }
         if self._incomplete is not None:
             report["incomplete"] = dict(self._incomplete)
+        if self._keys_evicted:
+            # keys forgotten by the state rule (deploy/expiry.py): a key seen again restarted
+            report["keys_evicted"] = self._keys_evicted
+            report["summary"]["keys_evicted"] = self._keys_evicted
         if self._alarms_by_operator is not None:
             # every detector of the chain, the last one (the outputs scored here) included
             report["alarms_by_operator"] = self._alarms_by_operator

@@ -23,8 +23,10 @@ from typing import Any
 
 from shiftwatch.deploy.deduper import Deduper, end_slack
 from shiftwatch.deploy.executor import StageExecutor
+from shiftwatch.deploy.expiry import Expiry
 from shiftwatch.deploy.kafka.changelog import ChangelogError
 from shiftwatch.deploy.kafka.checkpoint import PartitionTask, StateLoadError
+from shiftwatch.deploy.time_rule import RULE_NAME, rule_operator
 
 __all__ = ["PartitionAssignment", "operator_params", "params_mismatch"]
 
@@ -233,15 +235,19 @@ class PartitionAssignment:
     def _new_task(self, partition: int) -> PartitionTask:
         st = self.stage
         deduper = Deduper(upstream=st.upstream, end_offset=self._upstream_end)
-        executor = StageExecutor([spec.build() for spec in st.operators],
-                                 names=[spec.name for spec in st.operators], value=st.value,
+        ops, names = [spec.build() for spec in st.operators], [s.name for s in st.operators]
+        rule = rule_operator(st.time)  # the rule for time and duplicates runs first
+        if rule is not None:
+            ops, names = [rule, *ops], [RULE_NAME, *names]
+        executor = StageExecutor(ops, names=names, value=st.value,
                                  key=st.key, ts=st.ts, dedupe=st.dedupe, loose=st.loose,
                                  summary=self.stats,
                                  observer=self.metrics, deduper=deduper,
+                                 expiry=Expiry.from_settings(st.state),
                                  max_message_bytes=st.producer["max_request_size"]
                                  - MESSAGE_OVERHEAD)
         return PartitionTask(partition=partition, executor=executor,
-                             dirty=[set() for _ in st.operators])
+                             dirty=[set() for _ in ops])
 
 
 def operator_params(op: Any) -> dict:

@@ -71,7 +71,7 @@ from itertools import accumulate
 
 from shiftwatch.deploy.errors import UserError
 
-__all__ = ["Group", "Restored", "WHOLE", "decode_group", "decode_group_entries",
+__all__ = ["DELETED", "Group", "Restored", "WHOLE", "decode_group", "decode_group_entries",
            "encode_group", "encode_entry", "encode_marker", "entry_key", "group_key", "restore",
            "checkpoints_in", "ChangelogReader", "ChangelogError", "RESET_HINT"]
 
@@ -104,6 +104,9 @@ class ChangelogError(UserError):
 LEGACY = -1
 #: The ``base`` of a whole state in a group index (anything else: a patch of that version).
 WHOLE = -1
+#: The ``base`` of a deletion (an expired key, with no bytes): the key has no state from
+#: that checkpoint on.
+DELETED = -2
 
 
 def _head(obj: dict) -> bytes:
@@ -215,13 +218,16 @@ def decode_group_entries(payload: bytes) -> list[tuple[int, str, bytes, int]]:
 
 
 def encode_marker(topic: str, partition: int, checkpoint_id: int, offset: int,
-                  keys: list[int], upstream: list, params: list | None = None
-                  ) -> tuple[bytes, bytes]:
+                  keys: list[int], upstream: list, params: list | None = None,
+                  clock: float | None = None) -> tuple[bytes, bytes]:
     """The commit marker of checkpoint ``checkpoint_id``; ``params`` (one entry per operator,
-    ``{"operator": name, "params": {...}}``) says what the state was computed with."""
+    ``{"operator": name, "params": {...}}``) says what the state was computed with, ``clock``
+    the stage's event clock for key expiry (deploy/expiry.py)."""
     body = {"id": checkpoint_id, "offset": offset, "keys": keys, "upstream": upstream}
     if params:
         body["params"] = params
+    if clock is not None:
+        body["clock"] = clock
     return f"{topic}/{partition}/m".encode(), _head(body)
 
 
@@ -286,6 +292,11 @@ class Restored:
     #: (op, key) -> ids of the groups of its chain, oldest (its whole state) first, for the
     #: keys whose restored version is a patch (all of them are live for it)
     chains: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+    #: (op, key) -> (id of the group holding its deletion, ids of older groups holding a
+    #: version of it), for expired keys: the deletion is live while one of those exists
+    erasures: dict[tuple[int, str], tuple[int, list[int]]] = field(default_factory=dict)
+    #: the stage's event clock at the marker (deploy/expiry.py), or None
+    clock: float | None = None
 
 
 def restore(messages: Iterable[tuple[bytes, bytes | None]], topic: str, partition: int
@@ -325,7 +336,7 @@ def restore(messages: Iterable[tuple[bytes, bytes | None]], topic: str, partitio
                 latest.pop(key, None)
             else:
                 latest[key] = value
-    return _assemble(latest, prefix, topic, partition)
+    return _assemble(latest, prefix, topic, partition, consume=True)
 
 
 def checkpoints_in(messages: Iterable[tuple[bytes, bytes | None]], topic: str,
@@ -371,8 +382,10 @@ def _whole(chunks: dict[int, tuple[dict, bytes, bytes]]) -> bytes | None:
     return data if len(data) == chunks[0][0]["bytes"] else None
 
 
-def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: int
-              ) -> Restored | None:
+def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: int,
+              consume: bool = False) -> Restored | None:
+    # consume: ``latest`` is not needed afterwards, so each group's messages are let go once
+    # its states are cut out of them (a restore then holds about one copy of the changelog)
     raw_marker = latest.get(prefix + b"m")
     if raw_marker is None:
         return None
@@ -442,9 +455,14 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
     # (a newer version, or a chain of patches) also in ``in_groups``: group id -> (base, bytes)
     only: dict[tuple[int, str], tuple[int, int, bytes]] = {}
     in_groups: dict[tuple[int, str], dict[int, tuple[int, bytes]]] = {}
-    for gid, chunks in grouped.items():
+    for gid in sorted(grouped):
+        chunks = grouped.pop(gid) if consume else grouped[gid]
         keys = [c[2] for c in chunks.values()]
         payload = _whole(chunks)
+        if consume:
+            for k in keys:
+                latest.pop(k, None)
+            chunks = None
         if payload is None:  # chunks of a group deleted part-way (or damaged)
             dead.extend(keys)
             continue
@@ -465,6 +483,7 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
                 by_gid = in_groups[ref] = {seen[0]: (seen[1], seen[2])}
             by_gid[gid] = (base, state)
     chains: dict[tuple[int, str], list[int]] = {}
+    erasures: dict[tuple[int, str], tuple[int, list[int]]] = {}
     for ref, (gid, base, state) in only.items():  # in order of first appearance
         by_gid = in_groups.get(ref)
         if by_gid is None:
@@ -475,6 +494,13 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
             by_gid = {gid: (base, state)}
         gid = max(by_gid)
         if ref in best and best[ref][0] >= gid:  # a format-1 entry as new or newer
+            continue
+        if by_gid[gid][0] == DELETED:  # the key expired: no state; the deletion stays
+            older = sorted(g for g in by_gid if g < gid)  # live while an older one exists
+            if best.pop(ref, None) is not None:
+                older.insert(0, LEGACY)
+            if older:
+                erasures[ref] = (gid, older)
             continue
         chain = [gid]
         while by_gid[chain[-1]][0] != WHOLE:
@@ -518,6 +544,8 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
                 slots[ref] = slot
         else:
             chains.pop(ref, None)
+    for ref, (gid, _older) in erasures.items():
+        live[gid].add(ref)
     got = [len(s) for s in states]
     if got != counts:
         raise ValueError(f"changelog {topic}/{partition}: checkpoint {cid} covers {counts} "
@@ -527,10 +555,12 @@ def _assemble(latest: dict[bytes, bytes], prefix: bytes, topic: str, partition: 
     if LEGACY in groups:
         groups[LEGACY].size = len(groups[LEGACY].live)
     params = marker.get("params")
+    clock = marker.get("clock")
     return Restored(id=cid, offset=offset, upstream=marker.get("upstream", []),
                     states=states, slots=slots, junk=junk, next_id=max_id + 1, owners=owners,
                     groups=groups, dead=dead, params=params if isinstance(params, list) else None,
-                    chains=chains)
+                    chains=chains, erasures=erasures,
+                    clock=clock if type(clock) in (int, float) else None)
 
 
 def _patched(versions: list[bytes]) -> bytes:
@@ -596,11 +626,28 @@ class ChangelogReader:
         partition's message keys and :attr:`offsets` the changelog offset of each key's
         newest message (for :meth:`ChangelogError` and ``--reset-state``).
         """
-        messages = self.read_messages(partitions, timeout_s)
+        # Only the newest message of each changelog key is kept while reading (what
+        # compaction keeps): an uncompacted changelog costs no more memory than a compacted one.
+        partitions = list(partitions)
+        prefixes = {p: f"{topic}/{p}/".encode() for p in partitions}
+        latest: dict[int, dict[bytes, bytes]] = {p: {} for p in partitions}
+
+        def keep(p: int, msgs: list) -> None:
+            book, prefix = latest[p], prefixes[p]
+            for m in msgs:
+                key = m.key
+                if key is not None and key.startswith(prefix):
+                    if m.value is None:
+                        book.pop(key, None)
+                    else:
+                        book[key] = m.value
+
+        self._read(partitions, timeout_s, keep)
         out: dict[int, Restored | None] = {}
-        for p, msgs in messages.items():
+        for p in partitions:
+            book = latest.pop(p)
             try:
-                out[p] = restore(msgs, topic, p)
+                out[p] = _assemble(book, prefixes[p], topic, p, consume=True)
             except ValueError as exc:
                 key = getattr(exc, "key", None) or f"{topic}/{p}/m".encode()
                 raise ChangelogError(self.changelog, p, str(exc),
@@ -610,6 +657,15 @@ class ChangelogReader:
     def read_messages(self, partitions: Iterable[int], timeout_s: float = 60.0
                       ) -> dict[int, list[tuple[bytes, bytes | None]]]:
         """Every message of the changelog partitions, in log order (``(key, value)``)."""
+        partitions = list(partitions)
+        messages: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in partitions}
+        self._read(partitions, timeout_s, lambda p, msgs: messages[p].extend(
+            (m.key, m.value) for m in msgs))
+        return messages
+
+    def _read(self, partitions: list[int], timeout_s: float, take) -> None:
+        """Read the changelog partitions to their end, handing each poll's messages of a
+        partition to ``take(partition, messages)`` in log order."""
         import time
 
         from kafka import TopicPartition
@@ -619,12 +675,11 @@ class ChangelogReader:
         self.last_messages = self.last_bytes = 0
         self.last_read_s = 0.0
         if not tps:
-            return {}
+            return
         t0 = time.monotonic()
         self._consumer.assign(tps)
         ends = self._consumer.end_offsets(tps)
         self._consumer.seek_to_beginning(*tps)
-        messages: dict[int, list[tuple[bytes, bytes | None]]] = {tp.partition: [] for tp in tps}
         deadline = time.monotonic() + timeout_s
         # Some Kafka-protocol brokers (tansu) report an end offset below the real one, so
         # the end is "at or past the reported end, and a poll brought nothing new".
@@ -633,7 +688,7 @@ class ChangelogReader:
                 raise TimeoutError(f"reading changelog {self.changelog} took over {timeout_s} s")
             got = self._consumer.poll(timeout_ms=200)
             for tp, msgs in got.items():
-                messages[tp.partition].extend((m.key, m.value) for m in msgs)
+                take(tp.partition, msgs)
                 self.offsets.update(((tp.partition, m.key), m.offset) for m in msgs)
                 self.last_messages += len(msgs)
                 self.last_bytes += sum(len(m.key or b"") + len(m.value or b"") for m in msgs)
@@ -646,7 +701,6 @@ class ChangelogReader:
                 break
         self._consumer.assign([])
         self.last_read_s = time.monotonic() - t0
-        return messages
 
     def end_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """The end offsets of ``topic``'s ``partitions`` (asked with this reader's own

@@ -28,9 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
-from shiftwatch.deploy.kafka.changelog import WHOLE, Group, Restored, encode_group, encode_marker
+from shiftwatch.deploy.kafka.changelog import (
+    DELETED,
+    WHOLE,
+    Group,
+    Restored,
+    encode_group,
+    encode_marker,
+)
 from shiftwatch.operators.keyed import DeferredStateError, Keyed
-from shiftwatch.operators.state_codec import dumps_state, encode_state
+from shiftwatch.operators.state_codec import compress_state, dumps_state, encode_state
 
 try:
     from orjson import dumps as _fast_dumps
@@ -85,6 +92,7 @@ class _Pending:
     futures: list                       # outputs, dead letters, entries sent before it
     written: list[tuple[int, str]]      # the (op, key) states in its group entry
     patched: set = field(default_factory=set)  # those of them written as patches
+    deleted: set = field(default_factory=set)  # those of them written as deletions
     keys: list[bytes] = field(default_factory=list)  # the group entry's message keys
     done: int = 0                       # futures[:done] are acknowledged
     marker_future: Any = None
@@ -111,6 +119,11 @@ class PartitionTask:
     chains: dict[tuple[int, str], list[int]] = field(default_factory=dict)
     # (op, key) -> _Base: its newest written version, for the next patch
     bases: dict[tuple[int, str], _Base] = field(default_factory=dict)
+    # (op, key) -> (id of the committed group holding its deletion, ids of the older groups
+    # still holding a version of it): an expired key's deletion is live in its group until
+    # those are deleted (else restoring would find the older version again)
+    erasures: dict[tuple[int, str], tuple[int, set]] = field(default_factory=dict)
+    waits: dict[int, set] = field(default_factory=dict)  # group id -> erasures waiting on it
     groups: dict[int, Group] = field(default_factory=dict)  # committed groups with live keys
     shrunk: set[int] = field(default_factory=set)    # groups whose live keys to write again
     junk: list[bytes] = field(default_factory=list)  # entries of an unfinished checkpoint
@@ -120,6 +133,12 @@ class PartitionTask:
     # id(future) -> (future, what, input offset) of large outputs and dead letters in flight:
     # if the broker refuses one (over its message limit), it becomes a dead letter instead
     large: dict[int, tuple[Any, str, int]] = field(default_factory=dict)
+
+
+def _clock(executor: Any) -> float | None:
+    """The executor's event clock for key expiry (None without expiry or before any ts)."""
+    expiry = getattr(executor, "expiry", None)
+    return expiry.state()["clock"] if expiry is not None else None
 
 
 def state_bytes(state: Any) -> bytes:
@@ -265,8 +284,8 @@ class Checkpointer:
         ``task.pendings``. Returns False if there is nothing new to checkpoint. May raise
         kafka-python errors (``send``)."""
         if task.next_offset is None or (task.next_offset == task.checkpointed_offset
-                                        and not self.eos):
-            return False
+                                        and not self.eos and not any(task.dirty)):
+            return False  # (dirty with no new input: keys that expired while idle)
         assert len(task.pendings) < _IN_FLIGHT
         topic, p, changelog = self.topic, task.partition, self.changelog
         send = self.producer.send
@@ -286,21 +305,30 @@ class Checkpointer:
                    for ref in task.groups[gid].live}
         if not self.settings.get("patches", True):
             bases = {}  # every key whole (nothing is remembered for a patch)
+        pending = None  # the keys written by checkpoints not committed yet (built if needed)
         for i, op in enumerate(ops):
             existing = op.existing
             for key in task.dirty[i]:
                 kop = existing(key)
-                if kop is not None:  # None: only bad records, the key was never kept
+                if kop is not None:
                     ref = (i, key_name(key))
                     states.append((*ref, *self._key_version(kop, ref, bases, cid,
                                                             ref in rewrite)))
+                    continue
+                # None: only bad records (the key was never kept), or the key expired
+                ref = (i, key_name(key))
+                if pending is None:
+                    pending = {r for pend in task.pendings for r in pend.written}
+                if ref in task.owners or ref in pending:
+                    bases.pop(ref, None)
+                    states.append((*ref, b"", DELETED))
             task.dirty[i] = set()
         if task.shrunk:
             seen = {(i, name) for i, name, _, _ in states}
             for gid in sorted(task.shrunk):
                 group = task.groups.get(gid)
                 for ref in sorted(group.live) if group is not None else ():
-                    if ref not in seen:
+                    if ref not in seen and ref not in task.erasures:
                         key = Keyed.key_from_name(ref[1])
                         data = ops[ref[0]].deferred_state(key)
                         if data is not None:  # restored, not built: its bytes as they are
@@ -316,6 +344,8 @@ class Checkpointer:
                                                                     True)))
                             seen.add(ref)
             task.shrunk = set()
+        if states and self.settings.get("compress", True):  # zlib, self-describing
+            states = [(i, name, compress_state(data), base) for i, name, data, base in states]
         keys: list[bytes] = []
         if states:
             for k, v in encode_group(topic, p, cid, states, self.settings["chunk_bytes"]):
@@ -324,10 +354,11 @@ class Checkpointer:
         task.pendings.append(_Pending(
             id=cid, offset=task.next_offset, futures=futures,
             written=[(i, name) for i, name, _, _ in states], keys=keys,
-            patched={(i, name) for i, name, _, base in states if base != WHOLE},
+            patched={(i, name) for i, name, _, base in states if base >= 0},
+            deleted={(i, name) for i, name, _, base in states if base == DELETED},
             marker=encode_marker(topic, p, cid, task.next_offset,
                                  [len(op) for op in ops], task.executor.deduper.state(),
-                                 params=self.params)))
+                                 params=self.params, clock=_clock(task.executor))))
         task.futures = []
         task.checkpointed_offset = task.next_offset
         task.since_checkpoint = 0
@@ -365,28 +396,85 @@ class Checkpointer:
             return
         owners, groups, chains = task.owners, task.groups, task.chains
         touched = set()
-        patched = pend.patched
+        patched, deleted = pend.patched, pend.deleted
+        live = set(pend.written)
         for ref in pend.written:
             old = owners.get(ref)
             if ref in patched and old is not None:  # its chain grows: all of it stays live
                 chains[ref] = [*chains.get(ref, (old,)), pend.id]
                 owners[ref] = pend.id
                 continue
-            for gid in chains.pop(ref, ()) or ((old,) if old is not None else ()):
+            is_del = ref in deleted
+            erased = None if is_del else task.erasures.pop(ref, None)
+            if erased is not None:  # a newer version: the key's deletion is moot
+                Checkpointer._unwait(task, ref, erased, touched)
+            olds = chains.pop(ref, ()) or ((old,) if old is not None else ())
+            for gid in olds:
                 group = groups.get(gid)
                 if group is not None:
                     group.live.discard(ref)
                     touched.add(gid)
+            if is_del:
+                owners.pop(ref, None)
+                waiting = {g for g in olds if g in groups}
+                if waiting and ref not in task.erasures:  # (else an earlier deletion holds)
+                    task.erasures[ref] = (pend.id, waiting)
+                    for g in waiting:
+                        task.waits.setdefault(g, set()).add(ref)
+                else:
+                    live.discard(ref)
+                continue
             owners[ref] = pend.id
-        groups[pend.id] = Group(size=len(pend.written), live=set(pend.written),
-                                keys=pend.keys)
-        for gid in touched:
-            group = groups[gid]
+        if pend.written:
+            groups[pend.id] = Group(size=len(pend.written), live=live, keys=pend.keys)
+            if not live:
+                task.dead.extend(groups.pop(pend.id).keys)
+        Checkpointer._settle(task, touched)
+
+    @staticmethod
+    def _settle(task: PartitionTask, touched: set) -> None:
+        """Groups ``touched`` lost live keys: those left with none are queued for deletion
+        (releasing the deletions that waited on them, which may empty more groups), those
+        below half live for writing their live keys again."""
+        groups = task.groups
+        touched = set(touched)
+        while touched:
+            gid = min(touched)  # older first: an old group's tombstones before its erasure's
+            touched.discard(gid)
+            group = groups.get(gid)
+            if group is None:
+                continue
             if not group.live:
                 task.dead.extend(groups.pop(gid).keys)
                 task.shrunk.discard(gid)
+                for ref in task.waits.pop(gid, ()):
+                    erased = task.erasures.get(ref)
+                    if erased is None:
+                        continue
+                    erased[1].discard(gid)
+                    if not erased[1]:
+                        del task.erasures[ref]
+                        holder = groups.get(erased[0])
+                        if holder is not None:
+                            holder.live.discard(ref)
+                            touched.add(erased[0])
             elif group.to_rewrite(gid):
                 task.shrunk.add(gid)
+
+    @staticmethod
+    def _unwait(task: PartitionTask, ref: tuple, erased: tuple, touched: set) -> None:
+        """Drop the deletion of ``ref`` (a newer version of the key is committed)."""
+        gid, waiting = erased
+        for g in waiting:
+            refs = task.waits.get(g)
+            if refs is not None:
+                refs.discard(ref)
+                if not refs:
+                    del task.waits[g]
+        holder = task.groups.get(gid)
+        if holder is not None:
+            holder.live.discard(ref)
+            touched.add(gid)
 
     def advance(self, task: PartitionTask, until: int | None = None) -> None:
         """Move the pending checkpoints of ``task`` on, oldest first (at-least-once): send a
@@ -565,8 +653,20 @@ class Checkpointer:
                        for gid, g in cp.groups.items()}
         task.shrunk = {gid for gid, g in task.groups.items()
                        if g.to_rewrite(gid)}
+        task.erasures, task.waits = {}, {}
+        released = set()
+        for ref, (gid, older) in cp.erasures.items():
+            waiting = {g for g in older if g in task.groups}
+            if waiting:
+                task.erasures[ref] = (gid, waiting)
+                for g in waiting:
+                    task.waits.setdefault(g, set()).add(ref)
+            elif gid in task.groups:  # the older groups are deleted already (cp.dead)
+                task.groups[gid].live.discard(ref)
+                released.add(gid)
         task.junk = list(cp.junk)
         task.dead = list(cp.dead)
+        self._settle(task, released)
         task.next_offset = task.checkpointed_offset = cp.offset
         task.checkpoint_id = cp.next_id - 1
         task.restored_id = cp.id
@@ -580,4 +680,7 @@ class Checkpointer:
                     op.load_deferred()
             except DeferredStateError as exc:
                 raise StateLoadError(i, exc.key, exc.reason) from None
+        expiry = task.executor.expiry
+        if expiry is not None:  # restored keys count as seen at the checkpoint's clock
+            expiry.restored(dict.fromkeys(k for op in ops for k in op.keys), cp.clock)
 

@@ -72,6 +72,7 @@ from shiftwatch.deploy.kafka.clients import check_client, client_kind
 from shiftwatch.deploy.kafka.connect import SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.session import ClusterSession
 from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
+from shiftwatch.deploy.time_rule import rule_params
 from shiftwatch.operators.keyed import DeferredStateError
 from shiftwatch.records import DeadLetter
 
@@ -139,7 +140,8 @@ class StageRunner(ClusterSession, PartitionAssignment):
                                          self.eos, self._tasks, self.stats, stage.name)
         self.checkpointer.metrics = metrics
         self.checkpointer.on_refused = self._refused
-        self.checkpointer.params = [operator_params(spec.build()) for spec in stage.operators]
+        self.checkpointer.params = rule_params(stage.time) + [  # the time rule first, if on
+            operator_params(spec.build()) for spec in stage.operators]
         self.reset_state = (reset_state if reset_state in (None, "all")
                             else {int(p) for p in reset_state})
         # consumer.assignor cooperative-sticky: a rebalance revokes (and assigns) only the
@@ -250,6 +252,8 @@ class StageRunner(ClusterSession, PartitionAssignment):
                         task = self._tasks.get(tp.partition)
                         if task is not None and tp.topic == self.stage.input:
                             self._process(tp, task, msgs)
+                if not n:
+                    self._expire_idle()
                 self.checkpointer.after_batch()
                 now = time.monotonic()
                 if n:
@@ -282,6 +286,14 @@ class StageRunner(ClusterSession, PartitionAssignment):
                 self._drop_clients()  # what it holds may be of another cluster, or unwritable
             self._shutdown()
         return self.stats
+
+    def _expire_idle(self) -> None:
+        """With ``state.clock: wall``, keys also expire while no input comes; the deletions go
+        into the next timed checkpoint (with event time nothing moves without records)."""
+        for task in self._tasks.values():
+            ex = task.executor
+            if ex.expiry is not None and ex.expiry.wall and ex.expire(task.dirty):
+                task.since_checkpoint += 1
 
     def _poll(self) -> dict:
         """One ``poll``; under ``cooperative-sticky`` the partitions this member keeps go on

@@ -19,7 +19,9 @@ hull's points are left empty rather than holding stale points, and a key past it
 has zeros for the burn-in values it no longer uses), so a changelog written by one restores
 into the other with the same outputs (tested). A key whose first
 accepted value is a vector gets an operator object of its own (the fleet holds scalars), which
-the fleet keeps beside its slots. Nothing is ever evicted: memory grows with the keys.
+the fleet keeps beside its slots. A key leaves the fleet only when the stage's expiry rule
+forgets it (:meth:`ConfSeqFleet.evict`, ``state:`` of a stage, deploy/expiry.py): the last
+slot moves into its place and its hull blocks are reclaimed by the next compaction.
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ class ConfSeqFleet:
 
     def _reset(self) -> None:
         self._slot: dict[Any, int] = {}
+        self._slot_keys: list = []  # the key of each slot (evict moves the last slot)
         self._objs: dict[Any, Operator] = {}  # keys with vector values
         self._n = 0
         self._alloc(16)
@@ -203,6 +206,7 @@ class ConfSeqFleet:
         self._count[k] = 0.0
         self._n = k + 1
         self._slot[key] = k
+        self._slot_keys.append(key)
         return k
 
     # ---- burn-in rows ----------------------------------------------------------------
@@ -526,6 +530,31 @@ class ConfSeqFleet:
         if k is not None:
             return _SlotView(self, k)
         return self._objs.get(key)
+
+    def evict(self, key: Any) -> bool:
+        """Forget ``key``: its slot gets the last slot's rows (so slots stay dense), its
+        burn-in row goes back, its hull blocks become garbage the next compaction reclaims."""
+        if self._objs.pop(key, None) is not None:
+            return True
+        k = self._slot.pop(key, None)
+        if k is None:
+            return False
+        if self._brow[k] >= 0:
+            return_burn_row(self._ix, k, self._bfree)
+        self._pmeta[1] -= int(self._cap[k].sum())
+        last = self._n - 1
+        if k != last:
+            self._st[k] = self._st[last]
+            self._ix[k] = self._ix[last]
+            moved = self._slot_keys[last]
+            self._slot[moved] = k
+            self._slot_keys[k] = moved
+        self._slot_keys.pop()
+        self._st[last] = np.nan
+        self._ix[last] = 0
+        self._ix[last, X_BROW] = -1
+        self._n = last
+        return True
 
     def object_for(self, key: Any) -> Any:
         """The operator object of a key without a slot (created when new)."""

@@ -569,3 +569,124 @@ def test_as_scalar_rejects_lists_nested_beyond_numpy():
         as_scalar(x)  # RecursionError before
     with pytest.raises(BadInput, match="not a numeric array"):
         create("river:ADWIN").process({"value": x})
+
+
+# --------------------------------------------------------------------------------------
+# The rule for time and duplicates (deploy/time_rule.py) ahead of a detector
+# --------------------------------------------------------------------------------------
+
+TIME_RULES = [{"allowed_lateness_seconds": 0.0, "drop_duplicates": 4},
+              {"allowed_lateness_seconds": 7.5, "drop_duplicates": 0},
+              {"allowed_lateness_seconds": None, "drop_duplicates": 2}]
+
+
+@st.composite
+def shuffled_stream(draw, stream):
+    """Records of ``stream`` with ts jittered back and forth, exact duplicates of earlier
+    ones, a second key, and hostile records among them."""
+    out: list = []
+    pos = 100
+    for _ in range(draw(st.integers(1, 60))):
+        kind = draw(st.sampled_from(["next", "next", "next", "late", "dup", "hostile", "key",
+                                     "ts"]))
+        template = stream[pos % len(stream)]
+        if kind == "dup" and out:
+            out.append(copy.deepcopy(draw(st.sampled_from(out))))
+            continue
+        pos += 1
+        rec = copy.deepcopy(template)
+        if kind == "late":
+            rec["ts"] = rec["ts"] - draw(st.sampled_from([0.0, 1.0, 7.5, 7.50001, 30.0, 1e300]))
+        elif kind == "key":
+            rec["key"] = "k2"
+        elif kind == "ts":
+            rec["ts"] = draw(st.one_of(numbers, scalars, json_values))
+        elif kind == "hostile":
+            rec = draw(hostile_record(template, "value"))
+        out.append(rec)
+    return out
+
+
+def _run_chain(name: str, time: dict, parts: list[list], restart: bool) -> tuple:
+    """The stage executor (admit from bytes, then the rule and ``name``) over ``parts``,
+    one batch each; with ``restart`` every operator's state goes through the changelog codec
+    into fresh operators between batches. Returns (the executor, [(inputs, batch)])."""
+    from shiftwatch.deploy.time_rule import rule_operator
+
+    def fresh():
+        return StageExecutor([rule_operator(time), create(name)])
+
+    ex, runs, offset = fresh(), [], 0
+    for part in parts:
+        if restart:
+            saved = [dumps_state(op.state_dict()) for op in ex.operators]
+            summary = ex.summary
+            ex = fresh()
+            ex.summary = summary
+            for op, state in zip(ex.operators, saved, strict=True):
+                op.load_state_dict(loads_state(state))
+        admitted, letters = [], []
+        for r in part:
+            item = ex.admit(_dumps(r), b"k", {"offset": offset}, offset)
+            offset += 1
+            if isinstance(item, DeadLetter):
+                letters.append(ex.dead_letter(item))
+            elif item is not None:
+                admitted.append(item)
+        batch = ex.process(admitted)
+        runs.append((len(part), letters, admitted, batch))
+    return ex, runs
+
+
+@pytest.mark.parametrize("name", ["river:PageHinkley", "river:ADWIN"])
+def test_time_rule_bounds_lateness_and_duplicates_on_hostile_records(name):
+    from shiftwatch.deploy.time_rule import fingerprint
+
+    stream = resolve(name)._test_stream({})
+
+    @settings(FAST, max_examples=40)
+    @given(data=st.data())
+    def bounded(data):
+        time = data.draw(st.sampled_from(TIME_RULES), label="time")
+        records = data.draw(shuffled_stream(stream), label="records")
+        cut = data.draw(st.integers(0, len(records)), label="cut")
+        parts = [records[:cut], records[cut:]]
+        ex, runs = _run_chain(name, time, parts, restart=False)
+        limit, window = time["allowed_lateness_seconds"], time["drop_duplicates"]
+        latest: dict = {}
+        recent: dict = {}
+        silent = 0
+        for n, letters, admitted, batch in runs:
+            items = letters + batch.dead_letters + batch.outputs
+            _account(n, items, lambda o: o.get("origin", {}).get("offset")
+                     if o.get("dead_letter") else o.get("offset"))
+            answered = ({o["offset"] for o in batch.outputs}
+                        | {d["origin"]["offset"] for d in batch.dead_letters})
+            silent += sum(1 for r in admitted if r["offset"] not in answered)
+            for d in batch.dead_letters:
+                if d["operator"] == "time":
+                    assert d["reason"].startswith("late: ") and "\n" not in d["reason"]
+            for r in batch.inputs:  # what passed the rule, in input order
+                k = repr(r.get("key"))
+                ts = r.get("ts")
+                if type(ts) is float and math.isfinite(ts):
+                    if limit is not None and k in latest:
+                        assert ts >= latest[k] - limit, "a record later than the bound passed"
+                    latest[k] = max(latest.get(k, ts), ts)
+                fp = fingerprint(r)
+                if window:
+                    assert fp is None or fp not in recent.get(k, [])[-window:], \
+                        "an exact duplicate within the window passed"
+                recent.setdefault(k, []).append(fp)
+            for o in batch.outputs:
+                c, ts = o.get("change_ts"), o.get("ts")
+                if isinstance(c, float) and isinstance(ts, float):
+                    assert c <= ts, "change_ts after the alarm's ts"
+        assert ex.summary.duplicates_dropped == silent  # only duplicates give nothing
+        # a restart between the batches (states through the changelog codec) changes nothing
+        _, again = _run_chain(name, time, parts, restart=True)
+        for (_, l1, _, b1), (_, l2, _, b2) in zip(runs, again, strict=True):
+            assert encode_record([l1, b1.dead_letters, b1.outputs]) == \
+                encode_record([l2, b2.dead_letters, b2.outputs])
+
+    bounded()
