@@ -124,7 +124,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       "source options": " ".join(args.source_opt or []) or None,
                       **{f"operator {i + 1}": " ".join([s["name"], *s["params"]])
                          for i, s in enumerate(args.stages)},
-                      "labels": args.labels, "speed": args.speed, "key ttl": args.key_ttl,
+                      "labels": args.labels, "speed": args.speed, "emit": args.emit,
+                      "key ttl": args.key_ttl,
                       "max keys": args.max_keys,
                       "allowed lateness": args.allowed_lateness,
                       "drop duplicates": args.drop_duplicates or None,
@@ -133,7 +134,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                     name=getattr(source, "name", args.source), operator=op_label,
                                     plots=not args.no_plots, parameters=parameters,
                                     channels=getattr(source, "columns", None), operators=ops)
-    outputs = JsonlSink(out / "outputs.jsonl")
+    outputs = JsonlSink(out / "outputs.jsonl", alarms_only=args.emit == "alarms")
     sinks = [outputs, evaluation]
     if not args.quiet:
         sinks.append(ConsoleAlarmSink(stream=sys.stdout, max_rows=args.max_rows))
@@ -510,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--alert-opt", action="append", metavar="K=V",
                    help="alert setting: format=json|slack, retries=3, backoff_s=0.5, "
                         "timeout_s=5, per_key_per_minute=10, queue_size=10000")
+    r.add_argument("--emit", choices=["all", "alarms"], default="all",
+                   help="what outputs.jsonl holds: every output (default) or only alarms "
+                        "(the report still scores every output)")
     r.add_argument("--key-ttl", type=float, metavar="SECONDS", help="forget a key not seen for "
                    "SECONDS (of event time; see --key-clock); its next record starts it afresh")
     r.add_argument("--key-clock", default="event", choices=["event", "wall"],

@@ -119,6 +119,9 @@ class JsonlSink(_FileSink):
         replaced, unless ``append`` is true.
     append
         Append to an existing file instead of replacing it.
+    alarms_only
+        Write only the records with ``alarm: true`` (``shiftwatch replay --emit alarms``, as
+        a Kafka stage's ``emit: alarms``); the others are counted as ``skipped``.
 
     Examples
     --------
@@ -132,11 +135,13 @@ class JsonlSink(_FileSink):
     {"key":"a","offset":3,"statistic":2.5,"alarm":true}
     """
 
-    def __init__(self, path: str | os.PathLike, append: bool = False):
+    def __init__(self, path: str | os.PathLike, append: bool = False, alarms_only: bool = False):
         self.path = path
         self.append = append
+        self.alarms_only = alarms_only
         self._file: IO[str] | None = None
         self._count = 0
+        self._skipped = 0
 
     def open(self) -> None:
         """Create the parent directories and the temporary file. May raise ``OSError``."""
@@ -150,6 +155,10 @@ class JsonlSink(_FileSink):
         if self._file is None:
             self.open()
         assert self._file is not None
+        if self.alarms_only:
+            n = len(records)
+            records = [r for r in records if r.get("alarm") is True]
+            self._skipped += n - len(records)
         try:
             self._file.writelines(_dumps(r) + "\n" for r in records)
         except OSError as exc:
@@ -157,7 +166,10 @@ class JsonlSink(_FileSink):
         self._count += len(records)
 
     def summary(self) -> dict:
-        return self._status({"path": os.fspath(self.path), "records": self._count})
+        out = {"path": os.fspath(self.path), "records": self._count}
+        if self.alarms_only:
+            out["skipped"] = self._skipped  # outputs without an alarm (--emit alarms)
+        return self._status(out)
 
 
 class CsvSink(_FileSink):

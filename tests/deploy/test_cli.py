@@ -126,3 +126,19 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "out" / "outputs.jsonl").exists()
     assert (tmp_path / "out" / "report.json").exists()
+
+
+def test_replay_emit_alarms_writes_only_alarms_and_scores_the_same(tmp_path):
+    """--emit alarms: outputs.jsonl holds the alarm outputs only (issue 39), the report is the
+    one of a run that wrote every output."""
+    runs = {}
+    for emit in ("all", "alarms"):
+        out = tmp_path / emit
+        assert main(["replay", "synth:gaussian-mean", "--operator", "cs", "--out", str(out),
+                     "--no-plots", "--no-progress", "--quiet", "--emit", emit]) == 0
+        lines = [json.loads(x) for x in (out / "outputs.jsonl").read_text().splitlines()]
+        report = json.loads((out / "report.json").read_text())
+        runs[emit] = (lines, report["summary"])
+    every, alarms = runs["all"][0], runs["alarms"][0]
+    assert len(every) == 1000 and alarms == [o for o in every if o.get("alarm")]
+    assert alarms and runs["all"][1] == runs["alarms"][1]

@@ -160,7 +160,7 @@ def test_a_replay_with_a_ttl_restarts_a_returning_key_and_scores_in_the_labels_n
 
 
 def test_replay_flags_are_checked(capsys):
-    rc = cli.main(["replay", "synth:gaussian_shift", "--operator", "cs", "--out", "/tmp/x",
+    rc = cli.main(["replay", "synth:gaussian-mean", "--operator", "cs", "--out", "/tmp/x",
                    "--max-keys", "0"])
     err = capsys.readouterr().err
     assert rc == 2 and "max_keys must be" in err and len(err.strip().splitlines()) == 1
