@@ -24,6 +24,11 @@ class Keyed(Operator):
     operator
         A template operator (it is cloned for every new key and never used itself) or a
         zero-argument factory returning a fresh operator.
+    expiry
+        Optional :class:`~shiftwatch.deploy.expiry.Expiry` (an idle-key TTL and/or a
+        maximum number of keys): after each :meth:`process_batch` (or :meth:`process`) the
+        keys it finds due are forgotten (:meth:`evict`), counted in :attr:`evicted`. A stage
+        sets it on its executor instead, which forgets a key in every operator of its chain.
 
     Notes
     -----
@@ -79,6 +84,14 @@ class Keyed(Operator):
     >>> sorted(keyed.state_dict()["keys"])
     ['a', 'b']
 
+    With an expiry rule, at most two keys are kept (the least recently seen goes first):
+
+    >>> from shiftwatch.deploy.expiry import Expiry
+    >>> small = Keyed(Count, expiry=Expiry(max_keys=2))
+    >>> _ = small.process_batch([{"key": k} for k in "abca"])
+    >>> sorted(small.keys), small.evicted
+    (['a', 'c'], 1)
+
     A key restored from its bytes is built on its first record:
 
     >>> from shiftwatch.operators.state_codec import dumps_state
@@ -92,8 +105,11 @@ class Keyed(Operator):
 
     name = "keyed"
 
-    def __init__(self, operator: Operator | Callable[[], Operator]):
+    def __init__(self, operator: Operator | Callable[[], Operator], expiry: Any = None):
         self.operator = operator
+        self.expiry = expiry
+        #: keys forgotten by :attr:`expiry`
+        self.evicted = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -228,13 +244,25 @@ class Keyed(Operator):
     def process(self, record: Mapping) -> list[dict]:
         if self._deferred:
             self._build_for([record])
-        return self._store.process(record, self)
+        out = self._store.process(record, self)
+        if self.expiry is not None:
+            self._expire([record])
+        return out
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
-        if self._deferred:
+        if self._deferred or self.expiry is not None:
             records = list(records)
+        if self._deferred:
             self._build_for(records)
-        return self._store.process_batch(records, self)
+        out = self._store.process_batch(records, self)
+        if self.expiry is not None:
+            self._expire(records)
+        return out
+
+    def _expire(self, records: list) -> None:
+        self.expiry.touch(records)
+        for key in self.expiry.due():
+            self.evicted += self.evict(key)
 
     def flush(self) -> list[dict]:
         """Every key's held-back outputs (:meth:`Operator.flush`), keys in order."""
@@ -258,7 +286,7 @@ class Keyed(Operator):
             self._store.load_key(_key_unstr(k), s)
 
     def _get_params(self) -> dict:
-        return {"operator": self.operator}
+        return {"operator": self.operator}  # (not the expiry: a clone starts without one)
 
 
 class DeferredStateError(ValueError):

@@ -200,3 +200,17 @@ def test_hostile_keys_and_times_never_grow_the_state_past_max_keys(batches, rule
         assert placed == {r["offset"] for r in batch}  # an output or a dead letter each
         assert all(len(op) <= rule["max_keys"] for op in ex.operators)
         assert len(ex.expiry) <= rule["max_keys"]
+
+
+def test_keyed_alone_takes_the_rule_too():
+    """Keyed(op, expiry=...) for a library user without a stage: the same keys are kept as a
+    stage with that rule keeps."""
+    batches = [[{"key": f"k{(i * 7 + b) % 13}", "value": float(i), "ts": float(b * 10 + i),
+                 "offset": b * 10 + i} for i in range(10)] for b in range(12)]
+    alone = Keyed(create("cs"), expiry=Expiry(ttl_seconds=15, max_keys=6))
+    ex = StageExecutor([create("cs")], expiry=Expiry(ttl_seconds=15, max_keys=6))
+    for batch in batches:
+        alone.process_batch(batch)
+        ex.process(batch)
+        assert sorted(alone.keys) == sorted(ex.operators[0].keys)
+    assert alone.evicted == ex.summary.keys_evicted > 0
