@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from shiftwatch.deploy.catalog import cmd_operators, cmd_sources
-from shiftwatch.deploy.cli_labels import load_labels
+from shiftwatch.deploy.cli_args import build_operators as _build_operators
+from shiftwatch.deploy.cli_args import load_labels, parse_params
 from shiftwatch.deploy.console import print_failed, print_scores
 from shiftwatch.deploy.errors import UserError, user_input
 from shiftwatch.deploy.key_alarms import parse_max_key_series
@@ -27,25 +28,6 @@ from shiftwatch.deploy.key_alarms import parse_max_key_series
 __all__ = ["main", "parse_params", "load_labels"]
 
 EXIT_USAGE = 2
-
-
-def parse_params(pairs: list[str] | None, what: str = "--param") -> dict[str, Any]:
-    """Parse ``["k=v", ...]``; values are YAML scalars or lists (``0.01``, ``true``, ``[1, 2]``).
-
-    >>> parse_params(["delta=0.01", "field=meta.temp", "grace=[1, 2]", "name=ADWIN"])
-    {'delta': 0.01, 'field': 'meta.temp', 'grace': [1, 2], 'name': 'ADWIN'}
-    """
-    params: dict[str, Any] = {}
-    for pair in pairs or []:
-        k, sep, v = pair.partition("=")
-        k = k.strip()
-        if not sep or not k:
-            raise UserError(f"{what} {pair!r} is not of the form key=value")
-        try:
-            params[k] = yaml.safe_load(v) if v.strip() else ""
-        except yaml.YAMLError:
-            params[k] = v
-    return params
 
 
 class _OperatorAction(argparse.Action):
@@ -68,17 +50,6 @@ class _ParamAction(argparse.Action):
 # --------------------------------------------------------------------------------------
 # Commands
 # --------------------------------------------------------------------------------------
-
-
-def _build_operators(stages: list[dict]) -> list:
-    from shiftwatch.operators import create
-
-    ops = []
-    for stage in stages:
-        params = parse_params(stage["params"])
-        with user_input():
-            ops.append(create(stage["name"], **params))
-    return ops
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -573,6 +544,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "deploy/examples/sensors.yaml's stages on it, print the alarms and "
                         "dead letters read back from Kafka, stop (needs the dev extra)")
     d.set_defaults(func=cmd_demo)
+
+    from shiftwatch.deploy.compare import add_parser as add_compare
+
+    add_compare(sub, "source option, e.g. value=temp, key=sensor, ts=time, n=2000")
 
     c = sub.add_parser("calibrate", help="choose a detector's sensitivity (delta, threshold, "
                        "alpha) for a false-alarm budget by resampling the quiet history")

@@ -1,5 +1,6 @@
-"""``--labels`` of ``shiftwatch replay`` and ``calibrate``: true change points, as positions
-in each key's stream, from a list, a JSON text or a JSON file."""
+"""What several commands parse: ``--param``/``--source-opt`` pairs, operator chains, and
+``--labels`` (true change points, as positions in each key's stream, from a list, a JSON
+text or a JSON file)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shiftwatch.deploy.errors import UserError
+import yaml
 
-__all__ = ["load_labels"]
+from shiftwatch.deploy.errors import UserError, user_input
+
+__all__ = ["build_operators", "load_labels", "parse_params"]
 
 
 def load_labels(spec: str, source_name: str | None = None) -> dict:
@@ -86,3 +89,35 @@ def _position(i: Any) -> int:
             or i < 0:
         raise ValueError(f"positions must be integers >= 0, got {i!r}")
     return int(i)
+
+
+def parse_params(pairs: list[str] | None, what: str = "--param") -> dict[str, Any]:
+    """Parse ``["k=v", ...]``; values are YAML scalars or lists (``0.01``, ``true``, ``[1, 2]``).
+
+    >>> parse_params(["delta=0.01", "field=meta.temp", "grace=[1, 2]", "name=ADWIN"])
+    {'delta': 0.01, 'field': 'meta.temp', 'grace': [1, 2], 'name': 'ADWIN'}
+    """
+    params: dict[str, Any] = {}
+    for pair in pairs or []:
+        k, sep, v = pair.partition("=")
+        k = k.strip()
+        if not sep or not k:
+            raise UserError(f"{what} {pair!r} is not of the form key=value")
+        try:
+            params[k] = yaml.safe_load(v) if v.strip() else ""
+        except yaml.YAMLError:
+            params[k] = v
+    return params
+
+
+def build_operators(stages: list[dict]) -> list:
+    """The operators of ``[{"name": ..., "params": ["k=v", ...]}, ...]`` (a bad name or
+    parameter: one line, exit 2)."""
+    from shiftwatch.operators import create
+
+    ops = []
+    for stage in stages:
+        params = parse_params(stage["params"])
+        with user_input():
+            ops.append(create(stage["name"], **params))
+    return ops
