@@ -306,17 +306,19 @@ class StageExecutor:
         observer (``observer.keys_evicted(n)``)."""
         if self.expiry is None:
             return []
-        gone = []
-        for key in self.expiry.due():
-            held = False
-            for i, op in enumerate(self.operators):
-                evict = getattr(op, "evict", None)  # (not keyed: nothing per key)
-                if evict is not None and evict(key):
-                    held = True
-                    if dirty is not None:
-                        dirty[i].add(key)
-            if held:
-                gone.append(key)
+        due = self.expiry.due()
+        if not due:
+            return []
+        held: set = set()
+        for i, op in enumerate(self.operators):
+            evict_many = getattr(op, "evict_many", None)  # (not keyed: nothing per key)
+            if evict_many is None:
+                continue
+            removed = evict_many(due)
+            held.update(removed)
+            if dirty is not None:
+                dirty[i].update(removed)
+        gone = [k for k in due if k in held]
         if gone:
             self.summary.keys_evicted += len(gone)
             tell = getattr(self.observer, "keys_evicted", None)

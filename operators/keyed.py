@@ -170,6 +170,21 @@ class Keyed(Operator):
             return True
         return self._store.evict(key)
 
+    def evict_many(self, keys: Iterable) -> list:
+        """Forget each of ``keys`` (:meth:`evict`); returns those that were there. A store
+        with its own ``evict_many`` (the ``cs`` fleet) forgets them in one pass."""
+        gone = []
+        rest = []
+        for key in keys:
+            if self._deferred and self._deferred.pop(key, None) is not None:
+                gone.append(key)
+            else:
+                rest.append(key)
+        many = getattr(self._store, "evict_many", None)
+        if many is not None:
+            return gone + many(rest)
+        return gone + [k for k in rest if self._store.evict(k)]
+
     def load_encoded(self, states: Mapping[str, bytes | str]) -> None:
         """Replace the state by the keys' encoded states (``{key_name: dumps_state bytes}``,
         names as in :meth:`state_dict`), building each key's operator only when the key is
@@ -261,8 +276,9 @@ class Keyed(Operator):
 
     def _expire(self, records: list) -> None:
         self.expiry.touch(records)
-        for key in self.expiry.due():
-            self.evicted += self.evict(key)
+        due = self.expiry.due()
+        if due:
+            self.evicted += len(self.evict_many(due))
 
     def flush(self) -> list[dict]:
         """Every key's held-back outputs (:meth:`Operator.flush`), keys in order."""

@@ -556,6 +556,46 @@ class ConfSeqFleet:
         self._n = last
         return True
 
+    def evict_many(self, keys: list) -> list:
+        """Forget ``keys`` at once (what :meth:`evict` does for each, in array operations:
+        the remaining slots keep their order); returns the keys that were there."""
+        gone, slots = [], []
+        for key in keys:
+            if self._objs.pop(key, None) is not None:
+                gone.append(key)
+                continue
+            k = self._slot.pop(key, None)
+            if k is not None:
+                gone.append(key)
+                slots.append(k)
+        if not slots:
+            return gone
+        n = self._n
+        idx = np.asarray(slots, dtype=np.int64)
+        brows = self._brow[idx]
+        back = brows[brows >= 0].astype(np.int64)
+        if len(back):  # their burn-in rows go back on the free stack
+            nf = int(self._bfree[0])
+            self._bfree[nf + 1:nf + 1 + len(back)] = back
+            self._bfree[0] = nf + len(back)
+        self._pmeta[1] -= int(self._cap[idx].sum())
+        keep = np.ones(n, dtype=bool)
+        keep[idx] = False
+        m = n - len(idx)
+        self._st[:m] = self._st[:n][keep]
+        self._ix[:m] = self._ix[:n][keep]
+        self._st[m:n] = np.nan
+        self._ix[m:n] = 0
+        self._ix[m:n, X_BROW] = -1
+        self._slot_keys = [k for k, kept in zip(self._slot_keys, keep.tolist(), strict=True)
+                           if kept]
+        first = int(idx.min())
+        slot = self._slot
+        for j in range(first, m):  # the slots after the first one removed moved down
+            slot[self._slot_keys[j]] = j
+        self._n = m
+        return gone
+
     def object_for(self, key: Any) -> Any:
         """The operator object of a key without a slot (created when new)."""
         obj = self._objs.get(key)
