@@ -15,6 +15,9 @@ and in a Kafka stage:
 * ``max_keys``: when a batch leaves more keys than this, the least recently seen are
   forgotten first.
 
+On Kafka each input partition has its own executor, state and rule: ``max_keys`` and the
+event clock are per partition (a stage owning P partitions keeps up to P x ``max_keys``).
+
 Keys are checked after each batch, from the least recently seen on (so a key is forgotten at
 the latest at the first batch after it became due; with event time out of order across
 keys, a key behind a more recently seen one waits for it). A forgotten key is removed from
