@@ -102,6 +102,10 @@ class PartitionAssignment:
                 self._load(task, cp)
                 self._consumer.seek(tp, cp.offset)
             else:
+                orphan = self._reader.orphans.get(tp.partition)
+                if orphan is not None:  # a first checkpoint cut short: number above it and
+                    task.checkpoint_id = max(task.checkpoint_id, orphan[0])  # delete its
+                    task.junk = list(orphan[1])  # entries before the first marker
                 self._consumer.seek_to_beginning(tp)
             tasks[tp.partition] = task
         self._tasks.update(tasks)

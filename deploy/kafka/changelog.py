@@ -358,6 +358,26 @@ def checkpoints_in(messages: Iterable[tuple[bytes, bytes | None]], topic: str,
                 yield got
 
 
+def _orphans(latest: dict[bytes, bytes], prefix: bytes) -> tuple[int, list[bytes]] | None:
+    """(the highest checkpoint id, the message keys) of the entries of a partition that has
+    no commit marker, or None if it has none."""
+    keys, top = [], -1
+    gprefix, kprefix = prefix + b"g/", prefix + b"k/"
+    for k, v in latest.items():
+        if k.startswith(gprefix):
+            gid = _group_id(k, gprefix)
+            top = max(top, gid if gid is not None else -1)
+        elif k.startswith(kprefix):
+            try:
+                top = max(top, int(_split_message(v)[0]["id"]))
+            except (ValueError, KeyError, TypeError):
+                pass
+        else:
+            continue
+        keys.append(k)
+    return (top, keys) if keys else None
+
+
 class EntryError(ValueError):
     """A changelog entry a checkpoint needs cannot be read (``key``: its message key)."""
 
@@ -605,6 +625,9 @@ class ChangelogReader:
         self.changelog = changelog
         #: (partition, message key) -> changelog offset of its newest message (last read)
         self.offsets: dict[tuple[int, bytes], int] = {}
+        #: partition -> (highest checkpoint id, message keys) of the entries :meth:`read`
+        #: found in a partition without a commit marker (a first checkpoint cut short)
+        self.orphans: dict[int, tuple[int, list[bytes]]] = {}
         #: messages and bytes (keys + values) of the last :meth:`read_messages`, and its
         #: seconds (for the restore line a stage logs on assignment)
         self.last_messages = 0
@@ -644,8 +667,18 @@ class ChangelogReader:
 
         self._read(partitions, timeout_s, keep)
         out: dict[int, Restored | None] = {}
+        self.orphans = {}
         for p in partitions:
             book = latest.pop(p)
+            if prefixes[p] + b"m" not in book:
+                # no marker: nothing to restore, but entries of a checkpoint that never
+                # completed may be there; the stage numbers its checkpoints above them and
+                # deletes them (else its own ids would reuse their changelog keys)
+                out[p] = None
+                found = _orphans(book, prefixes[p])
+                if found is not None:
+                    self.orphans[p] = found
+                continue
             try:
                 out[p] = _assemble(book, prefixes[p], topic, p, consume=True)
             except ValueError as exc:

@@ -201,7 +201,7 @@ def peak_run(path: Path, log: Path) -> tuple[float, str]:
     with open(log, "wb") as out:
         proc = subprocess.run([sys.executable, "-c", WRAPPER, "run", str(path),
                                "--exit-when-idle", "2"], cwd=ROOT, stdout=out, stderr=out,
-                              timeout=180)
+                              timeout=420)
     text = log.read_text()
     assert proc.returncode == 0, text[-3000:]
     m = re.search(r"PEAK_RSS_KB (\d+)", text)
