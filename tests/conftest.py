@@ -40,3 +40,16 @@ def pytest_collection_modifyitems(config, items):
     # same collection the same way (a stable sort), as xdist requires.
     if hasattr(config, "workerinput"):
         items.sort(key=_rank)
+
+
+def pytest_sessionstart(session):
+    """Every worker starts with the default SIGINT and SIGTERM dispositions. A pytest-xdist
+    worker can inherit SIGINT ignored (execnet), and then the tests that interrupt a replay,
+    and the child processes they stop with a signal (which inherit an ignored disposition),
+    see nothing: which tests failed depended on the worker they were scheduled on."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
