@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
 TCPD = ["Occupancy", "RunLog", "AirlinePassengers", "Bitcoin", "UKCoalEmploy"]
 ZERO = "zero (no alarm)"
 ADAPTIVE = "karcher chain (threshold=adaptive)"
+AUTO_LEVEL = "auto (multichannel=level)"
 
 
 def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
@@ -81,6 +82,8 @@ def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
         "karcher chain": chain(),
         ADAPTIVE: chain(threshold="adaptive"),
         "shape": [("shape", {})],
+        "auto": [("auto", {})],
+        AUTO_LEVEL: [("auto", {"multichannel": "level"})],
     }
 
 
@@ -137,30 +140,19 @@ def time_scale(op) -> dict | None:
 
 def period_origin(values: np.ndarray) -> dict:
     """How ``shape``'s default burn-in rule fixes the period on ``values``: ``period``, the
-    burn-in length ``at`` which it was fixed and ``clear`` (a clear ACF peak at a checkpoint,
-    else the periodogram fallback at ``burn_in``). Re-derived with the detector's own
-    function (:func:`~shiftwatch.operators.period.progressive_period`, median over the
-    channels that have one at the first checkpoint where any has one); checked against the
-    operator's state by the caller."""
+    burn-in length ``at`` which it was fixed, ``rule`` (``fft``, ``acf``: a clear period;
+    ``acf-weak``, ``none``: none clear by ``burn_in``) and ``clear``. Re-derived with the
+    detector's own function (:func:`~shiftwatch.operators.period.time_scale_rule`); checked
+    against the operator's state by the caller."""
     from shiftwatch.operators import create
-    from shiftwatch.operators.period import progressive_period
+    from shiftwatch.operators.period import time_scale_rule
 
     sh = create("shape")
-    v = values[:, None] if values.ndim == 1 else values
-    per = [progressive_period(v[:, ch], sh.burn_in_min, sh.burn_in, sh.p_min, sh.min_acf)
-           for ch in range(v.shape[1])]
-    per = [r for r in per if r is not None]
-    if not per:
-        return {"period": None, "at": None, "clear": None}
-    at = min(n for _, n in per)
-    found = []
-    for ch in range(v.shape[1]):
-        r = progressive_period(v[:at, ch], sh.burn_in_min, sh.burn_in, sh.p_min, sh.min_acf)
-        if r is not None:
-            found.append(r[0])
-    # progressive_period checks for a clear ACF peak below burn_in only; at burn_in it
-    # takes the periodogram's period
-    return {"period": int(np.median(found)), "at": int(at), "clear": at < sh.burn_in}
+    r = time_scale_rule(values, sh.burn_in_min, sh.burn_in, sh.p_min, sh.min_acf)
+    if r is None:
+        return {"period": None, "at": None, "clear": None, "rule": None}
+    return {"period": int(r["period"]), "at": int(r["at"]), "rule": r["rule"],
+            "clear": r["rule"] in ("fft", "acf")}
 
 
 def located(records: list[dict], chain, annotations, workdir: Path):
@@ -371,7 +363,7 @@ def series_tables(results: dict, datasets: dict) -> str:
                 ts = r.get("time_scale") or {}
                 per = (f"{ts['period']} ({ts['block']})" if ts.get("block")
                        else "- (burn-in not over)")
-                how = (f"{ts['at']} ({'clear' if ts['clear'] else 'fallback'})"
+                how = (f"{ts['at']} ({ts.get('rule') or ('clear' if ts['clear'] else 'fallback')})"
                        if ts.get("at") else "-")
                 short = (f"{_shortest(r, s['n']) / ts['block']:.1f}" if ts.get("block")
                          else "-")
@@ -445,8 +437,9 @@ def causes(rows: list[dict], series: list[dict]) -> str:
         f"{sum(f['segment'][0] == 0 for f in false)} before the first change;",
         f"* period at the upper edge of the allowed range ({edge} = burn_in / 4): "
         f"{len(at_edge)} series ({names(at_edge)}); mean F1@1% {mean_f1(at_edge)} there, "
-        f"{mean_f1(others)} on the others; periods fixed by the periodogram fallback (no "
-        f"clear ACF peak by {sh.burn_in} records): {len(fallback)} ({names(fallback)});",
+        f"{mean_f1(others)} on the others; periods fixed with no clear period by "
+        f"{sh.burn_in} records (a weak ACF peak, or none: the short scale): {len(fallback)} "
+        f"({names(fallback)});",
         f"* silent series (no alarm, at least one true change): {len(silent)} "
         f"({names(silent)});",
         f"* missed changes: {len(missed)}; {sum(short_side(*m) for m in missed)} of them with "
@@ -572,11 +565,11 @@ def main(argv=None) -> int:
         body += [Path(args.note).read_text().rstrip(), ""]
     body += ["## Series by series", "",
              "`shape`: the period P its burn-in fixed for the series (the key's state; block "
-             "B = 2P records), the burn-in length at which it was fixed and whether by a "
-             "clear ACF peak or by the periodogram fallback at 384 records (re-derived with "
-             "`shiftwatch.operators.period.progressive_period` and checked equal to the "
-             "state); false alarms at their position (+ records since the start of their "
-             "segment between true changes, and that as % of the segment); shortest "
+             "B = 2P records), the burn-in length at which it was fixed and by which rule "
+             "(fft, acf: a clear period; acf-weak, none: none clear by 384 records; "
+             "re-derived with `shiftwatch.operators.period.time_scale_rule` and checked "
+             "equal to the state); false alarms at their position (+ records since the "
+             "start of their segment between true changes, and that as % of the segment); shortest "
              "segment / B: the scan needs min_blocks = 3 blocks on each side of a change.",
              "", series_tables(results, datasets)]
     text = "\n".join(head + body)

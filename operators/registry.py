@@ -52,6 +52,7 @@ BUILTIN_OPERATORS: dict[str, str] = {
     "standardize": "shiftwatch.operators.transforms:Standardize",
     "embed": "shiftwatch.operators.embed:DelayEmbed",
     "shape": "shiftwatch.operators.shape.operator:ShapeOperator",
+    "auto": "shiftwatch.operators.auto:AutoDetect",
     "window_covariance": "shiftwatch.operators.riemannian.transforms:WindowCovariance",
     "window_subspace": "shiftwatch.operators.riemannian.transforms:WindowSubspace",
     "normalize_sphere": "shiftwatch.operators.riemannian.transforms:NormalizeSphere",

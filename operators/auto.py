@@ -1,0 +1,346 @@
+"""``auto``: one detector for a user who does not know what will change.
+
+Each key is routed once, by a rule stated in words and decided on the key's own first
+records (the same progressive burn-in as ``shape``):
+
+* **A clear period** (at 64, 128 or 256 records, some channel's first autocorrelation peak
+  after its first zero crossing reaches ``min_acf`` within a quarter of the records, the
+  test :func:`~shiftwatch.operators.period.progressive_period` accepts a period by): the key
+  goes to ``shape``, which detects changes of shape, period, noise colour or correlation.
+  ``shape`` replays the key's first records, so none is lost; alarms of that replay come on
+  the record that decided (``change_at`` the latest, ``changes_at`` all), as ``shape``'s own
+  burn-in alarms do.
+* **No clear period by** ``burn_in`` **records (384)**: the key stays with the level
+  detector: ``standardize`` (30 records) then River's ADWIN, one per channel (an alarm when
+  any channel alarms), located by the mean-shift split.
+* **From the first record** the level detector runs, so a series of a few dozen records can
+  alarm (TCPD has series of 21 and 37 records); its alarms before a switch to ``shape``
+  stand.
+
+``multichannel="level"`` sends every multichannel key to the level detector whatever its
+period. The rule and its default were chosen on the development data only
+(``benchmarks/auto.py``; ``benchmarks/results/auto.md``).
+
+The inner operators are built through the registry by name (``shape``, ``standardize``,
+``river:ADWIN``), so this module imports no operator family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.period import acf, checkpoints
+from shiftwatch.operators.registry import create, register
+from shiftwatch.records import BadInput, as_array, get_field
+
+__all__ = ["AutoDetect", "clear_period"]
+
+#: The fields an inner detector's output hands on.
+_CARRY = ("alarm", "statistic", "threshold", "change_at", "change_ts", "changes_at",
+          "coordinates")
+_ROUTES = ("deciding", "shape", "level")
+_MULTI = ("period", "level")
+
+
+def _first_peak(r: np.ndarray, p_min: int) -> int | None:
+    neg = np.nonzero(r[1:] < 0)[0]
+    if not len(neg):
+        return None
+    for j in range(max(int(neg[0]) + 2, p_min), len(r) - 1):
+        if r[j] >= r[j - 1] and r[j] >= r[j + 1] and r[j] > 0:
+            return j
+    return None
+
+
+def clear_period(y: np.ndarray, p_min: int = 4, min_acf: float = 0.3) -> int | None:
+    """The period of the first channel of ``y`` (``(n,)`` or ``(n, c)``) that has a clear one
+    (first autocorrelation peak after the first zero crossing, within ``n // 4``, of height
+    >= ``min_acf``), or None.
+
+    >>> t = np.arange(128)
+    >>> clear_period(np.sin(2 * np.pi * t / 12))
+    12
+    >>> clear_period(np.random.default_rng(0).normal(size=128)) is None
+    True
+    """
+    y = np.asarray(y, dtype=np.float64)
+    y = y[:, None] if y.ndim == 1 else y
+    n = len(y)
+    for ch in range(y.shape[1]):
+        r = acf(y[:, ch], n // 4 + 1)
+        j = _first_peak(r, p_min)
+        if j is not None and j <= n // 4 and r[j] >= min_acf:
+            return int(j)
+    return None
+
+
+@register("auto")
+class AutoDetect(Operator):
+    """One default for any change: ``shape`` for a key with a clear period, else a level
+    detector (``standardize`` -> River's ADWIN per channel), decided per key on its first
+    records (see the module docstring for the rule).
+
+    Outputs carry what the detector that made them writes (``alarm``, ``statistic``,
+    ``change_at``, ...) and ``route``: ``"level"`` or ``"shape"`` (which one made it).
+
+    Parameters
+    ----------
+    field
+        Dotted path of the value (a number or a vector of channels).
+    multichannel
+        ``"period"``: a multichannel key is routed by its period like a scalar one;
+        ``"level"``: multichannel keys always go to the level detector.
+    shape_params
+        Parameters of ``shape`` (its ``burn_in``, ``burn_in_min``, ``min_acf`` and ``p_min``
+        also set the routing checkpoints and test).
+    level_params
+        Parameters of the level detector, River's ADWIN (e.g. ``{"delta": 0.002}``).
+
+    Examples
+    --------
+    A sine whose period changes goes to ``shape``; a level shift in noise stays with ADWIN:
+
+    >>> rng = np.random.default_rng(3)
+    >>> t = np.arange(3000)
+    >>> y = np.where(t < 1500, np.sin(2 * np.pi * t / 10), np.sin(2 * np.pi * t / 17))
+    >>> op = AutoDetect()
+    >>> outs = op.process_batch([{"ts": i, "value": float(v)}
+    ...                          for i, v in enumerate(y + 0.3 * rng.normal(size=3000))])
+    >>> [(o["route"], o["change_at"]) for o in outs if o["alarm"]]
+    [('shape', 1509)]
+    >>> z = np.r_[rng.normal(0, 1, 600), rng.normal(2, 1, 600)]
+    >>> op = AutoDetect()
+    >>> outs = op.process_batch([{"ts": i, "value": float(v)} for i, v in enumerate(z)])
+    >>> [(o["route"], o["change_at"]) for o in outs if o["alarm"]]
+    [('level', 601)]
+    """
+
+    input_kind = "number or vector (channels)"
+
+    def __init__(self, field: str = "value", multichannel: str = "period",
+                 shape_params: Mapping | None = None, level_params: Mapping | None = None):
+        self.field = field
+        self.multichannel = multichannel
+        self.shape_params = shape_params
+        self.level_params = level_params
+        self._validate_params()
+        self._reset()
+
+    def _validate_params(self) -> None:
+        if not isinstance(self.field, str) or not self.field:
+            raise ValueError(f"field must be a non-empty string, got {self.field!r}")
+        if self.multichannel not in _MULTI:
+            raise ValueError(f"multichannel must be one of {_MULTI}, got {self.multichannel!r}")
+        for name in ("shape_params", "level_params"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, Mapping):
+                raise ValueError(f"{name} must be a mapping of parameters, got {v!r}")
+            if v and "field" in v:
+                raise ValueError(f"{name} may not set field (auto's own field is used)")
+        self._new_shape()
+        self._new_level()
+
+    def _new_shape(self) -> Operator:
+        return create("shape", **dict(self.shape_params or {}))
+
+    def _new_level(self) -> list[Operator]:
+        return [create("standardize"), create("river:ADWIN", **dict(self.level_params or {}))]
+
+    def _routing(self) -> dict:
+        p = self._new_shape().all_params()
+        return {k: p[k] for k in ("burn_in", "burn_in_min", "min_acf", "p_min")}
+
+    def _reset(self) -> None:
+        self._route = "deciding"
+        self._c: int | None = None
+        self._buf = np.zeros((0, 0))
+        self._bts = np.zeros(0)
+        self._level: list[Operator] | None = self._new_level()
+        self._shape: Operator | None = None
+        rule = self._routing()
+        self._rule = rule
+        self._checks = [n for n in checkpoints(rule["burn_in_min"], rule["burn_in"])
+                        if n < rule["burn_in"]]
+
+    # ---- state ------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        st: dict[str, Any] = {"route": self._route, "c": self._c,
+                              "buf": self._buf.copy(), "bts": self._bts.copy()}
+        st["level"] = None if self._level is None else [op.state_dict() for op in self._level]
+        st["shape"] = None if self._shape is None else self._shape.state_dict()
+        return {"operator": self.name or type(self).__name__, "state": st}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        payload = self._state_payload(state)
+        self._reset()
+        route = payload["route"]
+        if route not in _ROUTES:
+            raise ValueError(f"state_dict has an unknown route {route!r}")
+        self._route = route
+        self._c = None if payload["c"] is None else int(payload["c"])
+        self._buf = np.array(payload["buf"], dtype=np.float64).reshape(len(payload["bts"]),
+                                                                       self._c or 0)
+        self._bts = np.array(payload["bts"], dtype=np.float64)
+        if payload["level"] is None:
+            self._level = None
+        else:
+            for op, s in zip(self._level, payload["level"], strict=True):
+                op.load_state_dict(s)
+        if payload["shape"] is not None:
+            self._shape = self._new_shape()
+            self._shape.load_state_dict(payload["shape"])
+
+    # ---- processing ---------------------------------------------------------------------
+
+    def _read(self, record: Mapping) -> np.ndarray:
+        x = as_array(get_field(record, self.field), name=self.field, max_abs=self.max_abs)
+        if x.ndim > 1:
+            raise BadInput(f"{self.field} must be a number or a vector, got shape {x.shape}")
+        x = x.reshape(-1)
+        if x.size == 0:
+            raise BadInput(f"{self.field} is an empty vector")
+        if self._c is not None and x.size != self._c:
+            raise BadInput(f"{self.field} has {x.size} channels, earlier values had {self._c}")
+        return x
+
+    @staticmethod
+    def _inner(record: Mapping, x: np.ndarray) -> dict:
+        rec = {"value": float(x[0]) if x.size == 1 else x.tolist()}
+        ts = record.get("ts")
+        if ts is not None:
+            rec["ts"] = ts
+        return rec
+
+    def _run_level(self, rec: dict) -> dict:
+        std, det = self._level
+        return det.process(std.process(rec)[0])[-1]
+
+    def _to_shape(self) -> dict:
+        """Route to ``shape``: replay the buffer, keep the alarms it raised."""
+        self._shape = shape = self._new_shape()
+        recs = []
+        for i in range(len(self._buf)):
+            r = self._inner({}, self._buf[i])
+            if np.isfinite(self._bts[i]):
+                r["ts"] = float(self._bts[i])
+            recs.append(r)
+        outs = shape.process_batch(recs)
+        bts = self._bts
+        self._route, self._level = "shape", None
+        self._buf, self._bts = np.zeros((0, self._c)), np.zeros(0)
+        found = []
+        for o in outs:
+            if o.get("alarm"):
+                found += list(o.get("changes_at") or [o["change_at"]])
+        last = outs[-1]
+        if not found:
+            return last
+        found = sorted(set(int(v) for v in found))
+        alarm = {**last, "alarm": True, "change_at": found[-1]}
+        if len(found) > 1:
+            alarm["changes_at"] = found
+        alarm.pop("change_ts", None)
+        if 0 <= found[-1] < len(bts) and np.isfinite(bts[found[-1]]):
+            alarm["change_ts"] = float(bts[found[-1]])
+        return alarm
+
+    def process(self, record: Mapping) -> list[dict]:
+        x = self._read(record)  # BadInput leaves the state untouched
+        rec = self._inner(record, x)
+        if self._route == "shape":
+            inner = self._shape.process(rec)[-1]
+        elif self._route == "level":
+            inner = self._run_level(rec)
+        else:
+            inner = self._decide(record, x, rec)
+        route = "shape" if self._route == "shape" else "level"
+        out = self._output(record, route=route)
+        for f in _CARRY:
+            if f in inner:
+                out[f] = inner[f]
+        return [out]
+
+    def process_batch(self, records) -> list:
+        """Same outputs as :meth:`process` in a loop; once a key is routed, runs of valid
+        records go through the routed detector's own batch path."""
+        out: list = []
+        run: list[tuple[Mapping, dict]] = []
+        for record in records:
+            if self._route == "deciding":
+                self._flush(run, out)
+                run = []
+                try:
+                    out.extend(self.process(record))
+                except BadInput as exc:
+                    out.append(self._dead_letter(record, exc))
+                continue
+            try:
+                run.append((record, self._inner(record, self._read(record))))
+            except BadInput as exc:
+                self._flush(run, out)
+                run = []
+                out.append(self._dead_letter(record, exc))
+        self._flush(run, out)
+        return out
+
+    def _flush(self, run: list[tuple[Mapping, dict]], out: list) -> None:
+        if not run:
+            return
+        inner = [r for _, r in run]
+        if self._route == "shape":
+            got = self._shape.process_batch(inner)
+        else:
+            std, det = self._level
+            got = std.process_batch(inner)
+            ok = iter(det.process_batch([o for o in got if isinstance(o, dict)]))
+            got = [next(ok) if isinstance(o, dict) else o for o in got]
+        for (record, _), o in zip(run, got, strict=True):
+            if not isinstance(o, dict):  # the inner detector refused what _read took
+                out.append(self._dead_letter(record, BadInput(o.reason)))
+                continue
+            res = self._output(record, route=self._route)
+            for f in _CARRY:
+                if f in o:
+                    res[f] = o[f]
+            out.append(res)
+
+    def _decide(self, record: Mapping, x: np.ndarray, rec: dict) -> dict:
+        if self._c is None:
+            self._c = int(x.size)
+            self._buf = np.zeros((0, self._c))
+        level_out = self._run_level(rec)
+        ts = record.get("ts")
+        t = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else np.nan
+        self._buf = np.vstack([self._buf, x[None, :]])
+        self._bts = np.append(self._bts, t if np.isfinite(t) else np.nan)
+        n = len(self._buf)
+        if n in self._checks and (self._c == 1 or self.multichannel == "period"):
+            rule = self._rule
+            if clear_period(self._buf, rule["p_min"], rule["min_acf"]) is not None:
+                shape_out = self._to_shape()
+                if level_out.get("alarm") and not shape_out.get("alarm"):
+                    return level_out
+                return shape_out
+        if n >= self._rule["burn_in"] or (self._c > 1 and self.multichannel == "level"):
+            self._route = "level"
+            self._buf, self._bts = np.zeros((0, self._c)), np.zeros(0)
+        return level_out
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {}
+        yield {"multichannel": "level", "level_params": {"delta": 0.01}}
+
+    @classmethod
+    def _test_stream(cls, params: dict, n: int = 600, seed: int = 0) -> list[dict]:
+        rng = np.random.default_rng(seed)
+        t = np.arange(n)
+        y = np.where(t < n // 2, np.sin(2 * np.pi * t / 10), np.sin(2 * np.pi * t / 17))
+        y = y + 0.1 * rng.normal(size=n)
+        return [{"key": "k", "ts": float(i), "offset": i, "value": float(v)}
+                for i, v in enumerate(y)]

@@ -1,0 +1,118 @@
+"""``auto``: the routing rule per key, the equivalence with the detector it routes to, and
+series shorter than any burn-in (issue 36, items 4 and 5). The contract checks (state round
+trip, Keyed, bad records) run for ``auto`` in tests/operators/test_checks.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shiftwatch.operators import create
+from shiftwatch.operators.auto import clear_period
+
+
+def records(y: np.ndarray) -> list[dict]:
+    return [{"key": "k", "ts": float(i), "offset": i,
+             "value": float(v) if np.ndim(v) == 0 else [float(u) for u in v]}
+            for i, v in enumerate(y)]
+
+
+def alarms(outs: list[dict]) -> list[tuple[str, int]]:
+    return [(o["route"], o["change_at"]) for o in outs if o.get("alarm")]
+
+
+def period_change(n: int = 3000, at: int = 1500, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    y = np.where(t < at, np.sin(2 * np.pi * t / 10), np.sin(2 * np.pi * t / 17))
+    return y + 0.3 * rng.normal(size=n)
+
+
+def test_clear_period_is_shape_s_acceptance_test():
+    t = np.arange(256)
+    assert clear_period(np.sin(2 * np.pi * t / 16)) == 16
+    assert clear_period(np.random.default_rng(1).normal(size=256)) is None
+    # a second channel with a period is enough, as shape's multichannel rule
+    two = np.c_[np.random.default_rng(2).normal(size=256), np.sin(2 * np.pi * t / 9)]
+    assert clear_period(two) == 9
+
+
+def test_a_periodic_key_goes_to_shape_and_alarms_as_shape_does():
+    y = period_change()
+    outs = create("auto").process_batch(records(y))
+    routes = [o["route"] for o in outs]
+    switch = routes.index("shape")
+    assert switch in (63, 127, 255)  # decided at a checkpoint of the progressive burn-in
+    assert set(routes[switch:]) == {"shape"}
+    shape_outs = create("shape").process_batch(records(y))
+    want = [o["change_at"] for o in shape_outs if o["alarm"]]
+    assert [c for _, c in alarms(outs)] == want
+    assert any(abs(c - 1500) < 40 for c in want)
+
+
+def test_an_aperiodic_key_stays_with_the_level_detector():
+    rng = np.random.default_rng(5)
+    z = np.r_[rng.normal(0, 1, 800), rng.normal(2.5, 1, 800)]
+    outs = create("auto").process_batch(records(z))
+    assert {o["route"] for o in outs} == {"level"}
+    found = alarms(outs)
+    assert found and all(r == "level" for r, _ in found)
+    assert min(abs(c - 800) for _, c in found) <= 15
+
+
+def test_a_short_series_can_alarm_before_any_burn_in_ends():
+    """The level detector runs from the first record: a 3-sd shift in the middle of 80
+    records alarms (River's ADWIN checks every 32 records and needs about 30 each side;
+    series of 21 or 37 records, as TCPD has, are below what its statistic allows)."""
+    rng = np.random.default_rng(80)
+    z = np.r_[rng.normal(0, 1, 40), rng.normal(3, 1, 40)]
+    found = alarms(create("auto").process_batch(records(z)))
+    assert found == [("level", 40)]
+
+
+def test_multichannel_level_routes_every_vector_key_to_the_level_detector():
+    t = np.arange(1200)
+    rng = np.random.default_rng(4)
+    y = np.c_[np.sin(2 * np.pi * t / 12), rng.normal(size=1200)]
+    y[600:, 1] += 3.0
+    by_period = create("auto").process_batch(records(y))
+    assert by_period[-1]["route"] == "shape"
+    level = create("auto", multichannel="level").process_batch(records(y))
+    assert {o["route"] for o in level} == {"level"}
+    assert any(abs(c - 600) <= 10 for _, c in alarms(level))
+
+
+@pytest.mark.parametrize("cut", [10, 63, 64, 200, 500, 2000])
+def test_cutting_anywhere_and_restoring_gives_the_same_outputs(cut):
+    from shiftwatch.operators.state_codec import dumps_state, loads_state
+
+    y = period_change(2400, 1200, seed=3)
+    recs = records(y)
+    whole = create("auto").process_batch(recs)
+    first = create("auto")
+    head = first.process_batch(recs[:cut])
+    second = create("auto")
+    second.load_state_dict(loads_state(dumps_state(first.state_dict())))
+    assert head + second.process_batch(recs[cut:]) == whole
+
+
+def test_bad_input_is_a_dead_letter_and_leaves_the_state_alone():
+    op = create("auto")
+    recs = records(period_change(400, 300))
+    bad = [{"key": "k", "value": "x"}, {"key": "k", "value": [1.0, 2.0]},
+           {"key": "k", "value": float("nan")}, {"key": "k"}]
+    mixed = recs[:100] + bad + recs[100:]
+    outs = op.process_batch(mixed)
+    dead = [o for o in outs if not isinstance(o, dict)]
+    assert len(dead) == 4
+    clean = create("auto").process_batch(recs)
+    assert [o for o in outs if isinstance(o, dict)] == clean
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError, match="multichannel"):
+        create("auto", multichannel="joint")
+    with pytest.raises(ValueError, match="threshold"):
+        create("auto", shape_params={"threshold": -1})
+    with pytest.raises(ValueError, match="field"):
+        create("auto", level_params={"field": "x"})
