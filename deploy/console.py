@@ -35,6 +35,12 @@ def print_scores(report: dict) -> None:
               f"{'' if first['n_records'] == 1 else 's'})"
               f"{f' and {more} more' if more > 0 else ''}; labels are positions in each key's "
               "own stream (report.json: labels_beyond_end)", file=sys.stderr)
+    short = report.get("short_keys")
+    if short:
+        n = short["count"]
+        print(f"shiftwatch: note: {n} key{'' if n == 1 else 's'} had fewer records than "
+              f"{short['operator']}'s warm-up of {short['warm_up']}: it could not alarm on "
+              f"{'it' if n == 1 else 'them'} (report.json: short_keys)", file=sys.stderr)
     if "alarms" in agg and not agg.get("labelled_keys"):
         print(f"scores: none (no labels): {agg['alarms']} alarms on {agg['keys_with_alarms']} "
               f"of {agg['keys']} keys, not scored as true or false (give --labels to count "

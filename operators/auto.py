@@ -150,6 +150,13 @@ class AutoDetect(Operator):
     def _new_level(self) -> list[Operator]:
         return [create("standardize"), create("river:ADWIN", **dict(self.level_params or {}))]
 
+    def _own_warm_up(self) -> int | None:
+        """The smaller of the two routes' warm-ups (the level detector runs from the first
+        record)."""
+        got = [v for v in (self._new_level()[1].warm_up(), self._new_shape().warm_up())
+               if v is not None]
+        return min(got) if got else None
+
     def _routing(self) -> dict:
         p = self._new_shape().all_params()
         return {k: p[k] for k in ("burn_in", "burn_in_min", "min_acf", "p_min")}

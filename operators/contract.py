@@ -109,6 +109,14 @@ class Operator:
                 out.append(self._dead_letter(record, exc))
         return out
 
+    def warm_up(self) -> int | None:
+        """The fewest records a key needs before this operator can raise an alarm (a lower
+        bound read from its parameters), or None: not a detector, or no bound known. See
+        :func:`~shiftwatch.operators.sensitivity.warm_up_of`."""
+        from shiftwatch.operators.sensitivity import warm_up_of
+
+        return warm_up_of(self)
+
     def flush(self) -> list[dict]:
         """Outputs still held back when a replay's stream ends (e.g. the records of an
         embedding's burn-in, before its period is known); none by default.

@@ -1,4 +1,5 @@
-"""The one parameter of a detector that trades false alarms for detection delay.
+"""What a detector's parameters promise: the one that trades false alarms for detection
+delay (its sensitivity), and the records a key needs before it can alarm at all (its warm-up).
 
 Each detector operator declares it as a class attribute, ``sensitivity = Sensitivity(...)``;
 River's detectors get theirs from :data:`RIVER_SENSITIVITY` through the adapter.
@@ -6,6 +7,28 @@ River's detectors get theirs from :data:`RIVER_SENSITIVITY` through the adapter.
 :func:`sensitivity_of` and searches the range for a false-alarm budget.
 
 This module imports nothing heavy (no NumPy), so the registry may import it freely.
+
+**Warm-ups** (:func:`warm_up_of`; ``Operator.warm_up()``). A replay's report counts the
+keys with fewer records than the scoring detector's warm-up (``short_keys`` in
+``report.json``, a line in ``report.html`` and on the console): on those keys the detector
+could not alarm, whatever the data, so "no alarm" there says nothing.
+
+Each number is a lower bound read from the detector's parameters (its own documented rule),
+never a guess at the detection delay:
+
+* ``cs``: ``burn_in`` (no alarm during the burn-in).
+* ``shape``: ``burn_in_min`` records (the first period checkpoint; alarms of the burn-in
+  are reported on the record that completes it) and at least ``2 * min_blocks`` blocks of
+  ``block`` periods of the smallest period (``p_min``, or the given ``period``).
+* ``karcher``: the detector's burn-in (``burn_in_length``) plus ``calibration`` when the
+  threshold is ``"calibrated"`` (575 records at the defaults).
+* River's ADWIN: ``max(clock, grace_period)`` (it checks for a change every ``clock``
+  records, after ``grace_period``); PageHinkley: ``min_instances``; KSWIN: ``window_size``
+  (a full window). Other River detectors: no bound known (None).
+* ``auto``: the smaller of its two routes' (the level detector runs from the first record).
+
+In a chain, the last detector's warm-up counts the records it receives; every shipped
+transform emits at most one output per record, so it stays a lower bound on the key's records.
 """
 
 from __future__ import annotations
@@ -15,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Sensitivity", "RIVER_SENSITIVITY", "sensitivity_of"]
+__all__ = ["Sensitivity", "RIVER_SENSITIVITY", "sensitivity_of", "warm_up_of", "RIVER_WARM_UP"]
 
 _DIRECTIONS = ("larger", "smaller")
 _GUARANTEES = (None, "arl>=1/value")
@@ -156,3 +179,50 @@ def sensitivity_of(name: str) -> Sensitivity | None:
     ctor = resolve(name)
     sens = getattr(ctor, "sensitivity", None)
     return sens if isinstance(sens, Sensitivity) else None
+
+
+#: River detectors whose parameters bound their first alarm: name -> f(parameters).
+RIVER_WARM_UP = {
+    "ADWIN": lambda p: max(int(p["clock"]), int(p["grace_period"])),
+    "PageHinkley": lambda p: int(p["min_instances"]),
+    "KSWIN": lambda p: int(p["window_size"]),
+}
+
+
+def _shape(p: dict) -> int:
+    smallest = p["period"] if isinstance(p["period"], int) else p["p_min"]
+    return max(int(p["burn_in_min"]), math.ceil(2 * p["min_blocks"] * p["block"] * smallest))
+
+
+def warm_up_of(op: Any) -> int | None:
+    """The records a key needs before ``op`` can alarm, or None (not a detector, or no
+    bound known). ``op`` is an operator, or a ``Keyed`` one.
+
+    >>> from shiftwatch.operators import create
+    >>> warm_up_of(create("river:ADWIN")), warm_up_of(create("cs")), warm_up_of(create("shape"))
+    (32, 30, 64)
+    >>> warm_up_of(create("karcher")), warm_up_of(create("auto"))
+    (575, 32)
+    >>> warm_up_of(create("standardize")) is None
+    True
+    """
+    op = getattr(op, "operator", op)  # Keyed holds its template operator
+    name = getattr(op, "name", "") or ""
+    if not hasattr(op, "all_params"):
+        return None
+    p = op.all_params()
+    if name == "cs":
+        return int(p["burn_in"])
+    if name == "shape":
+        return _shape(p)
+    if name == "karcher":
+        det = getattr(op, "_detector", None)  # KarcherDetector: its burn-in, derived or given
+        burn = det.burn_in_length if det is not None else (p.get("burn_in") or 0)
+        return int(burn) + (int(p["calibration"]) if p.get("threshold") == "calibrated" else 0)
+    own = getattr(op, "_own_warm_up", None)  # a composite says itself (auto)
+    if callable(own):
+        return own()
+    if name.startswith("river:"):
+        rule = RIVER_WARM_UP.get(name.partition(":")[2])
+        return rule(p) if rule is not None else None
+    return None

@@ -227,6 +227,7 @@ def render_html_report(report: Mapping, keys: Iterable[Mapping],
            "operators": report.get("operators") or [],
            "dead_letters": report.get("dead_letters") or {},
            "labels_beyond_end": report.get("labels_beyond_end"),
+           "short_keys": report.get("short_keys"),
            "keys_file": report.get("keys_file"), "keys": payload}
     data = json.dumps(doc, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
     title = html.escape(f"shiftwatch: {report.get('name') or 'run'}")
@@ -669,6 +670,10 @@ if (!run.labelled && S.alarms !== undefined) runRows.push(["scores", "none: no l
 if (D.labels_beyond_end) runRows.push(["labels past the end", D.labels_beyond_end.count +
   " (they count as missed), e.g. " + D.labels_beyond_end.first.slice(0, 5).map(b =>
   "key " + b.key + ": " + b.labels.join(", ") + " of " + b.n_records + " records").join("; ")]);
+if (D.short_keys) runRows.push(["keys shorter than the warm-up", D.short_keys.count + " with " +
+  "fewer than " + D.short_keys.warm_up + " records: " + D.short_keys.operator + " could not " +
+  "alarm on them, e.g. " + D.short_keys.first.slice(0, 5).map(b => "key " + b.key + " (" +
+  b.n_records + ")").join(", ")]);
 document.getElementById("run").appendChild(table(runRows, null, true));
 const DL = D.dead_letters, dead = document.getElementById("dead");
 if (!DL.count) dead.appendChild(el("div", {class: "note"}, "none"));

@@ -167,6 +167,11 @@ class ReportBuilder:
             report["labels_beyond_end"] = {"count": n_beyond, "keys": sum(
                 1 for d in self._scores.values() if d["beyond_end"]), "first": beyond}
             report["summary"]["labels_beyond_end"] = n_beyond
+        short = self._short_keys(fleet)
+        if short is not None:
+            # keys too short for the detector to alarm at all: "no alarm" there says nothing
+            report["short_keys"] = short
+            report["summary"]["short_keys"] = short["count"]
         report["dead_letters"] = {"count": self._dead_count,
                                   "by_reason": dict(self._dead_reasons.most_common()),
                                   "first": list(self._dead_first)}
@@ -227,6 +232,26 @@ class ReportBuilder:
             out.append({"key": self._keys[k], "alarms": int(fleet.a_count[k]),
                         "first_alarm": int(fleet.alarms[s]), "first_alarm_ts": first_ts})
         return out
+
+    def _short_keys(self, fleet: Fleet) -> dict | None:
+        """The keys with fewer records than the scoring detector's warm-up (its
+        ``warm_up()``), or None when there are none."""
+        warm, who = None, None
+        for op in reversed(list(self.operators or ())):
+            fn = getattr(op, "warm_up", None)  # Operator.warm_up (a Keyed one's included)
+            if callable(fn):
+                warm = fn()
+                if warm is not None:
+                    who = getattr(getattr(op, "operator", op), "name", None)
+                    break
+        if not warm or not len(self._keys):
+            return None
+        short = np.flatnonzero(fleet.has_detector & (fleet.n < warm))
+        if not len(short):
+            return None
+        return {"count": int(len(short)), "operator": who, "warm_up": int(warm),
+                "first": [{"key": self._keys[k], "n_records": int(fleet.n[k])}
+                          for k in short[:LISTED].tolist()]}
 
     def _describe_operators(self) -> list[dict] | None:
         if self.operators is None:
