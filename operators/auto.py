@@ -322,7 +322,12 @@ class AutoDetect(Operator):
             self._buf = np.zeros((0, self._c))
         level_out = self._run_level(rec)
         ts = record.get("ts")
-        t = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else np.nan
+        t = np.nan
+        if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+            try:  # an integer too large for a float (10**300 and up) is no time
+                t = float(ts)
+            except OverflowError:
+                t = np.nan
         self._buf = np.vstack([self._buf, x[None, :]])
         self._bts = np.append(self._bts, t if np.isfinite(t) else np.nan)
         n = len(self._buf)
@@ -345,9 +350,9 @@ class AutoDetect(Operator):
 
     @classmethod
     def _test_stream(cls, params: dict, n: int = 600, seed: int = 0) -> list[dict]:
+        # a period-12 cycle whose amplitude doubles at n // 2 (routed to shape)
         rng = np.random.default_rng(seed)
         t = np.arange(n)
-        y = np.where(t < n // 2, np.sin(2 * np.pi * t / 10), np.sin(2 * np.pi * t / 17))
-        y = y + 0.1 * rng.normal(size=n)
+        y = np.sin(2 * np.pi * t / 12) * np.where(t < n // 2, 1.0, 2.0)
         return [{"key": "k", "ts": float(i), "offset": i, "value": float(v)}
-                for i, v in enumerate(y)]
+                for i, v in enumerate(y + 0.1 * rng.normal(size=n))]
