@@ -60,7 +60,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from shiftwatch.streams import open_source
 
     if not getattr(args, "stages", None):
-        raise UserError("replay needs at least one --operator NAME (see `shiftwatch operators`)")
+        raise UserError("replay needs at least one --operator NAME (`auto` if you do not know "
+                        "what will change; see `shiftwatch operators`)")
     ops = _build_operators(args.stages)  # validate before opening anything
     from shiftwatch.deploy.expiry import Expiry
 

@@ -80,9 +80,10 @@ def clear_period(y: np.ndarray, p_min: int = 4, min_acf: float = 0.3) -> int | N
 
 @register("auto")
 class AutoDetect(Operator):
-    """One default for any change: ``shape`` for a key with a clear period, else a level
-    detector (``standardize`` -> River's ADWIN per channel), decided per key on its first
-    records (see the module docstring for the rule).
+    """One default for any change: per key, ``shape`` if it has a clear period, else ADWIN.
+
+    The level detector is ``standardize`` -> River's ADWIN per channel; the route is decided
+    per key on its first records (see the module docstring for the rule).
 
     Outputs carry what the detector that made them writes (``alarm``, ``statistic``,
     ``change_at``, ...) and ``route``: ``"level"`` or ``"shape"`` (which one made it).
