@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kafka_fakes import Consumer, Log
 
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.expiry import Expiry
@@ -20,49 +21,6 @@ from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask, key_
 from shiftwatch.operators import create
 from shiftwatch.operators.keyed import Keyed
 from shiftwatch.operators.state_codec import inflate_state
-
-
-class _Done:
-    is_done = True
-    exception = None
-
-    def failed(self):
-        return False
-
-    def get(self, timeout=None):
-        return None
-
-
-class _Log:
-    """A producer whose sends are acknowledged at once, and the compacted changelog."""
-
-    def __init__(self):
-        self.messages: list[tuple[bytes, bytes | None]] = []
-
-    def send(self, topic, key=None, value=None, partition=None):
-        self.messages.append((key, value))
-        return _Done()
-
-    def flush(self, timeout=None):
-        pass
-
-    def compacted(self) -> dict[bytes, bytes]:
-        latest: dict[bytes, bytes] = {}
-        for k, v in self.messages:
-            if v is None:
-                latest.pop(k, None)
-            else:
-                latest[k] = v
-        return latest
-
-
-class _Consumer:
-    def commit(self, offsets):
-        pass
-
-    def commit_async(self, offsets, callback=None):
-        pass
-
 
 CHAINS = {"cs": ["cs"], "adwin (patches)": ["river:ADWIN"],
           "standardize -> adwin": ["standardize", "river:ADWIN"]}
@@ -75,7 +33,7 @@ def _stage(names, expiry, log):
     cp = Checkpointer("in", "in.changelog", {"every_records": 1, "every_seconds": 1e9,
                                              "chunk_bytes": 2048, "patches": True},
                       eos=False, tasks={0: task}, summary=RunSummary(), stage_name="s")
-    cp.producer, cp.consumer = log, _Consumer()
+    cp.producer, cp.consumer = log, Consumer()
     return task, cp
 
 
@@ -121,7 +79,7 @@ def _run(task, cp, batches, check=True):
 @pytest.mark.parametrize("names", list(CHAINS.values()), ids=list(CHAINS))
 @pytest.mark.parametrize("rule", [{"max_keys": 8}, {"ttl_seconds": 150.0}], ids=["max", "ttl"])
 def test_every_checkpoint_restores_the_live_keys_and_no_expired_one(names, rule):
-    log = _Log()
+    log = Log()
     expiry = Expiry(**rule)
     task, cp = _stage(names, expiry, log)
     _run(task, cp, _batches(1))
@@ -136,7 +94,7 @@ def test_every_checkpoint_restores_the_live_keys_and_no_expired_one(names, rule)
 @pytest.mark.parametrize("names", list(CHAINS.values()), ids=list(CHAINS))
 def test_a_restore_in_the_middle_continues_like_a_run_that_never_stopped(names):
     batches = list(_batches(2))
-    log = _Log()
+    log = Log()
     task, cp = _stage(names, Expiry(max_keys=6), log)
     _run(task, cp, batches[:25], check=False)
     # a restart: a fresh stage restores the log (deletions and their bookkeeping included)
@@ -144,14 +102,14 @@ def test_a_restore_in_the_middle_continues_like_a_run_that_never_stopped(names):
     cp2.load(task2, restore(log.messages, "in", 0))
     assert _live(task2) == _live(task)
     _run(task2, cp2, batches[25:])
-    ref_log = _Log()
+    ref_log = Log()
     ref, ref_cp = _stage(names, Expiry(max_keys=6), ref_log)
     _run(ref, ref_cp, batches, check=False)
     assert _live(task2) == _live(ref)
 
 
 def test_without_expiry_the_changelog_keeps_every_key():
-    log = _Log()
+    log = Log()
     task, cp = _stage(["cs"], None, log)
     _run(task, cp, _batches(1), check=False)
     got = restore(log.messages, "in", 0)

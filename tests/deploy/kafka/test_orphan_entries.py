@@ -9,41 +9,12 @@ failed ("checkpoint 2 covers [10040] keys per operator but [7040] complete entri
 
 from __future__ import annotations
 
+from kafka_fakes import Consumer, Log
+
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.kafka.changelog import _orphans, restore
 from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask
 from shiftwatch.operators import create
-
-
-class _Done:
-    is_done = True
-    exception = None
-
-    def failed(self):
-        return False
-
-    def get(self, timeout=None):
-        return None
-
-
-class _Log:
-    def __init__(self):
-        self.messages = []
-
-    def send(self, topic, key=None, value=None, partition=None):
-        self.messages.append((key, value))
-        return _Done()
-
-    def flush(self, timeout=None):
-        pass
-
-
-class _Consumer:
-    def commit(self, offsets):
-        pass
-
-    def commit_async(self, offsets, callback=None):
-        pass
 
 
 def _session(log, chunk_bytes):
@@ -53,7 +24,7 @@ def _session(log, chunk_bytes):
                                    "chunk_bytes": chunk_bytes, "patches": True,
                                    "compress": False}, eos=False, tasks={0: task},
                       summary=RunSummary(), stage_name="s")
-    cp.producer, cp.consumer = log, _Consumer()
+    cp.producer, cp.consumer = log, Consumer()
     return ex, task, cp
 
 
@@ -66,7 +37,7 @@ def _feed(ex, task, keys, start):
 
 
 def test_a_new_session_numbers_above_and_deletes_a_first_checkpoint_cut_short():
-    log = _Log()
+    log = Log()
     ex, task, cp = _session(log, chunk_bytes=4096)
     _feed(ex, task, [f"k{i}" for i in range(60)], 0)
     cp._snapshot(task)  # the group's chunks are sent; the session dies before its marker
@@ -89,7 +60,7 @@ def test_a_new_session_numbers_above_and_deletes_a_first_checkpoint_cut_short():
 
 def test_without_the_orphans_ids_the_restore_breaks():
     """The failure the fix prevents (the same sessions, the new one numbering from 1)."""
-    log = _Log()
+    log = Log()
     ex, task, cp = _session(log, chunk_bytes=4096)
     _feed(ex, task, [f"k{i}" for i in range(60)], 0)
     cp._snapshot(task)
