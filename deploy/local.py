@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
+from shiftwatch.deploy.columnar import columnar_run
 from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
 from shiftwatch.deploy.expiry import Expiry
@@ -184,6 +185,11 @@ class Pipeline:
         all of them, when there are fewer) are dead letters for one reason
         (:func:`stop_if_all_dead`), or when the first this many records that reach the
         operators are each rejected by an operator for one reason; None never stops.
+    columnar
+        None (default): take the columnar path (:mod:`~shiftwatch.deploy.columnar`: a CSV
+        file in column batches through ``cs`` or a River detector, the same outputs, dead
+        letters and report, faster) when the run allows it, unless the environment sets
+        ``SHIFTWATCH_RECORD_PATH=1``; False: always the record path.
 
     Notes
     -----
@@ -223,7 +229,8 @@ class Pipeline:
                  dead_letters=None, batch_size: int = 1000, speed: float | None = None,
                  progress: bool = True, keyed: bool = True, metrics=None,
                  stop_if_all_dead: int | None = ALL_DEAD_FIRST, change_positions: bool = True,
-                 expiry: Expiry | None = None, time: dict | None = None):
+                 expiry: Expiry | None = None, time: dict | None = None,
+                 columnar: bool | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if speed is not None and speed < 0:
@@ -243,6 +250,7 @@ class Pipeline:
         self.stop_if_all_dead = stop_if_all_dead
         self.change_positions = change_positions
         self.expiry = expiry
+        self.columnar = columnar
 
     # ------------------------------------------------------------------------------
 
@@ -281,9 +289,10 @@ class Pipeline:
                 self.metrics.set_ready(True)
             batch: list[dict] = []
             last_flush = time.perf_counter()
+            columnar = columnar_run(self)
             with guard:
                 try:
-                    for item in self._items():
+                    for item in (() if columnar is not None else self._items()):
                         ex.count_inputs(1)
                         if isinstance(item, DeadLetter):
                             self._write_dead([ex.dead_letter(item)])
@@ -297,6 +306,9 @@ class Pipeline:
                             todo, batch = batch, []
                             self._process(ex, todo, guard, bar)
                             last_flush = now
+                    if columnar is not None:  # the same, in column batches
+                        columnar.run(ex, guard, bar, lambda how, head: AllDeadLetters(
+                            _all_dead_message(how, what, head)))
                 except KeyboardInterrupt:
                     summary.interrupted = True
                 # The batch read so far is processed, also after Ctrl-C while reading: it

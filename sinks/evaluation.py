@@ -77,6 +77,27 @@ def _num(v: Any) -> float:
     return math.nan
 
 
+def _change_at(record: Mapping) -> int:
+    """The kept ``change_at`` of an output: -1 absent, -2 present but not a position."""
+    j = record.get("change_at", _ABSENT)
+    if j is _ABSENT:
+        return -1
+    if type(j) is int and 0 <= j < _BIG_OFFSET:
+        return j
+    if isinstance(j, numbers.Integral) and not isinstance(j, bool) and 0 <= j < _BIG_OFFSET:
+        return int(j)
+    return -2  # present, but not a position: never located
+
+
+def _offsets(offsets: np.ndarray) -> np.ndarray:
+    """A batch's offsets as the sink keeps them (:meth:`EvaluationSink._off`: runner
+    offsets are ints in [0, 2**62))."""
+    offs = np.ascontiguousarray(offsets, dtype=np.int64)
+    if offs.shape[0] and not (0 <= int(offs.min()) and int(offs.max()) < _BIG_OFFSET):
+        raise ValueError("offsets out of range for a column batch")
+    return offs
+
+
 def _hashable(x: Any) -> Any:
     return tuple(_hashable(v) for v in x) if isinstance(x, list) else x
 
@@ -294,16 +315,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
             keys.append(k)
             offs.append(off(record.get("offset")))
             alarms.append((1 if record["alarm"] else 0) if "alarm" in record else -1)
-            j = record.get("change_at", _ABSENT)
-            if j is _ABSENT:
-                change_at.append(-1)
-            elif type(j) is int and 0 <= j < _BIG_OFFSET:
-                change_at.append(j)
-            elif (isinstance(j, numbers.Integral) and not isinstance(j, bool)
-                  and 0 <= j < _BIG_OFFSET):
-                change_at.append(int(j))
-            else:
-                change_at.append(-2)  # present, but not a position: never located
+            change_at.append(_change_at(record))
             stat.append(_num(record.get("statistic")))
             thr.append(_num(record.get("threshold")))
             lo.append(_num(record.get("lower")))
@@ -335,6 +347,59 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
                 vals.append(float(v))
             else:
                 vals.append(self._slow_value(k, v))
+
+    def write_input_columns(self, columns: Any) -> None:
+        """:meth:`write_inputs` of a column batch of scalar inputs (the replay's columnar
+        path, :class:`~shiftwatch.deploy.columnar.InputColumns`): the same columns kept."""
+        kinds = self._kinds
+        ids = self._kids(columns.keys)
+        if any(kinds.get(k, SCALAR) is not SCALAR for k in ids):
+            self.write_inputs(columns.records())  # (a key of vectors: not expected)
+            return
+        for k in ids:
+            if k not in kinds:
+                kinds[k] = SCALAR
+        n = len(columns)
+        self._in_key.frombytes(np.asarray(ids, dtype=np.int64)[columns.inv].tobytes())
+        self._in_off.frombytes(_offsets(columns.offsets).tobytes())
+        ts = columns.ts if columns.ts is not None else np.full(n, math.nan)
+        self._in_ts.frombytes(np.ascontiguousarray(ts, dtype=np.float64).tobytes())
+        self._in_val.frombytes(np.ascontiguousarray(columns.values,
+                                                    dtype=np.float64).tobytes())
+
+    def _kids(self, keys: list) -> list[int]:
+        """:meth:`_kid` of each of ``keys`` (a column batch's distinct keys; the outputs of a
+        batch share the inputs' list)."""
+        last = self.__dict__.get("_last_kids")
+        if last is not None and last[0] is keys:
+            return last[1]
+        ids = [self._kid(k) for k in keys]
+        self._last_kids = (keys, ids)
+        return ids
+
+    def write_output_columns(self, columns: Any) -> None:
+        """:meth:`write` of a column batch of detector outputs (the replay's columnar path,
+        :class:`~shiftwatch.deploy.columnar.OutputColumns`): the same columns kept."""
+        n = len(columns)
+        ids = np.asarray(self._kids(columns.keys), dtype=np.int64)
+        alarm = columns.alarm.astype(np.int8)
+        change_at = np.full(n, -1, dtype=np.int64)
+        stats = {}
+        for f in _STAT_FIELDS:
+            col = columns.fields.get(f)
+            stats[f] = (np.full(n, math.nan) if col is None or col.dtype != np.float64
+                        else col.copy())
+        for i, o in columns.special.items():  # as write() reads them
+            alarm[i] = (1 if o["alarm"] else 0) if "alarm" in o else -1
+            change_at[i] = _change_at(o)
+            for f in _STAT_FIELDS:
+                stats[f][i] = _num(o.get(f))
+        self._out_key.frombytes(ids[columns.inv].tobytes())
+        self._out_off.frombytes(_offsets(columns.offsets).tobytes())
+        self._out_alarm.frombytes(alarm.tobytes())
+        self._out_change_at.frombytes(change_at.tobytes())
+        for f in _STAT_FIELDS:
+            self._out_stats[f].frombytes(stats[f].tobytes())
 
     def _slow_value(self, k: int, value: Any) -> float:
         """The plot value of a value that is not a plain number (vectors, matrices, junk);
@@ -422,6 +487,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
             self._write_file("report.json", "w", lambda fh: fh.write(text))
         finally:
             self._reset_columns()
+            self._last_kids = None
             self._plot_data = {}
             self._fleet = None
             self._entries = None

@@ -19,6 +19,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from itertools import chain, repeat
 from typing import IO, Any
 
 import numpy as np
@@ -165,11 +166,83 @@ class JsonlSink(_FileSink):
             raise self._failed(exc) from exc
         self._count += len(records)
 
+    def write_columns(self, columns: Any) -> None:
+        """Append the outputs of a column batch (the replay's columnar path,
+        :class:`~shiftwatch.deploy.columnar.OutputColumns`): the same lines as :meth:`write`
+        of its records, written without a record per line (each column encoded by orjson at
+        once, its numbers in :func:`~shiftwatch.codec.encode_record`'s form)."""
+        self._refuse_after_failure()
+        if self._file is None:
+            self.open()
+        assert self._file is not None
+        n = len(columns)
+        special = columns.special
+        if self.alarms_only:
+            rows = np.flatnonzero(columns.alarm).tolist()
+            text = "".join(_dumps(columns.record(i)) + "\n" for i in rows)
+            self._skipped += n - len(rows)
+            n = len(rows)
+        elif n:
+            tokens = [self._key_tokens(columns.keys, columns.inv)]
+            if columns.ts is not None:
+                tokens.append(_tokens(columns.ts))
+            tokens.append(_tokens(columns.offsets))
+            tokens.append(_tokens(columns.alarm))
+            tokens.extend(_tokens(col) for col in columns.fields.values())
+            names = columns.names()
+            # '{"key":' K ',"ts":' T ... '}\n': the text between the tokens, then every
+            # line joined at C speed (no Python code per line)
+            glue = ["{" + _dumps(names[0]) + ":", *(f",{_dumps(f)}:" for f in names[1:])]
+            parts: list[str] = []
+            start = 0
+            for i in [*sorted(special), n]:
+                if i > start:
+                    cols = [x for g, t in zip(glue, tokens, strict=True)
+                            for x in (repeat(g), t[start:i])]
+                    parts.append("".join(chain.from_iterable(zip(*cols, repeat("}\n")))))
+                if i < n:
+                    parts.append(_dumps(special[i]) + "\n")
+                start = i + 1
+            text = "".join(parts)
+        else:
+            text = ""
+        try:  # in pieces below the text buffer's size, as the lines of write() go (so a
+            # disk that fills up stops the run where it stops the record path's)
+            self._file.writelines(text[i:i + 4096] for i in range(0, len(text), 4096))
+        except OSError as exc:
+            raise self._failed(exc) from exc
+        self._count += n
+
+    def _key_tokens(self, keys: list, inv: np.ndarray) -> list[str]:
+        """Each row's key as JSON (``keys`` the distinct keys, ``inv`` each row's index)."""
+        cache = self.__dict__.setdefault("_key_json", {})
+        if len(cache) > 100_000:
+            cache.clear()
+        encoded = []
+        for k in keys:
+            try:
+                t = cache.get(k)
+            except TypeError:  # (not hashable: not a CSV key)
+                t = None
+            if t is None:
+                t = _dumps(k)
+                if isinstance(k, str):
+                    cache[k] = t
+            encoded.append(t)
+        return list(map(encoded.__getitem__, inv.tolist()))
+
     def summary(self) -> dict:
         out = {"path": os.fspath(self.path), "records": self._count}
         if self.alarms_only:
             out["skipped"] = self._skipped  # outputs without an alarm (--emit alarms)
         return self._status(out)
+
+
+def _tokens(column: np.ndarray) -> list[str]:
+    """Each entry of a column of numbers or booleans as JSON, as
+    :func:`~shiftwatch.codec.encode_record` writes it (NaN as ``null``)."""
+    text = _dumps(column.tolist())
+    return text[1:-1].split(",") if len(text) > 2 else []
 
 
 class CsvSink(_FileSink):
@@ -319,6 +392,9 @@ class ConsoleAlarmSink(Sink):
     """
 
     _HEADER = ("key", "offset", "ts", "change_at", "statistic")
+    #: what it writes depends only on the outputs with an alarm (the replay's columnar
+    #: path hands it those)
+    reads_alarms_only = True
 
     def __init__(self, stream: IO[str] | None = None, max_rows: int = 50):
         if not isinstance(max_rows, int) or max_rows < 0:

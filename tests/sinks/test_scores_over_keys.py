@@ -245,6 +245,15 @@ def test_a_run_stopped_early_says_so_in_report_json_and_html(tmp_path, capsys, m
         return real_write(self, records)
 
     monkeypatch.setattr(files_mod.JsonlSink, "write", failing_write)
+    real_columns = files_mod.JsonlSink.write_columns  # the replay's columnar path
+
+    def failing_columns(self, columns):
+        calls.append(1)
+        if len(calls) == 3:
+            raise WriteFailed({str(self.path): "No space left on device"})
+        return real_columns(self, columns)
+
+    monkeypatch.setattr(files_mod.JsonlSink, "write_columns", failing_columns)
     out = tmp_path / "run"
     rc = main(["replay", str(src), "--source-opt", "key=pump", "--source-opt", "value=reading",
                "--operator", "river:ADWIN", "--out", str(out), "--no-plots", "--no-progress",

@@ -1,0 +1,488 @@
+"""The replay's columnar path: a CSV file in column batches through one keyed detector.
+
+:class:`~shiftwatch.deploy.local.Pipeline` takes this path on its own when the run allows it
+(:func:`columnar_run`): a CSV source read in columns (:mod:`shiftwatch.streams.columns`), one
+keyed operator with a column kernel (``cs`` as a fleet:
+:mod:`shiftwatch.operators.confseq.columns`; a non-binary ``river:NAME``:
+:mod:`shiftwatch.operators.river.columns`), no pacing, no metrics server, no key expiry, no
+rule for time and duplicates. Everything else takes the record path, and so does a run with
+``SHIFTWATCH_RECORD_PATH=1`` in the environment (or ``Pipeline(columnar=False)``).
+
+What the two paths write is the same, byte for byte: the micro-batches hold the same
+records (``batch_size`` accepted records each, the source's dead letters written where the
+record path writes them: before the batch whose last record follows them), the kernels
+give each key's outputs and dead letters as the operators do, ``change_at`` is mapped to the
+key's positions by the rule of :mod:`~shiftwatch.deploy.positions`, and the sinks get
+columns (``write_columns``, ``write_input_columns`` and ``write_output_columns``, where they
+have them; the rest get records). ``tests/deploy/test_columnar_replay.py`` compares every
+file of the two paths on streams with bad rows.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.records import DeadLetter, reason_kind
+
+__all__ = ["columnar_run", "InputColumns", "OutputColumns", "RECORD_PATH_ENV"]
+
+#: An environment variable: "1" makes every replay take the record path.
+RECORD_PATH_ENV = "SHIFTWATCH_RECORD_PATH"
+
+
+class InputColumns:
+    """A micro-batch's input records as columns (what sinks with ``write_input_columns``
+    get): ``keys`` (distinct, in order of first appearance), ``inv`` (each row's index into
+    them), ``offsets``, ``ts`` (None: no ts) and ``values``."""
+
+    __slots__ = ("keys", "inv", "offsets", "ts", "values")
+
+    def __init__(self, keys: list, inv: np.ndarray, offsets: np.ndarray,
+                 ts: np.ndarray | None, values: np.ndarray):
+        self.keys, self.inv, self.offsets, self.ts, self.values = keys, inv, offsets, ts, values
+
+    def __len__(self) -> int:
+        return self.offsets.shape[0]
+
+    def record(self, i: int) -> dict:
+        """Row ``i`` as the record the record path has."""
+        rec: dict[str, Any] = {"key": self.keys[self.inv[i]]}
+        if self.ts is not None:
+            rec["ts"] = float(self.ts[i])
+        rec["value"] = float(self.values[i])
+        rec["offset"] = int(self.offsets[i])
+        return rec
+
+    def records(self) -> list[dict]:
+        return [self.record(i) for i in range(len(self))]
+
+
+class OutputColumns:
+    """A micro-batch's outputs as columns, in input order (what sinks with
+    ``write_columns`` / ``write_output_columns`` get).
+
+    ``keys``/``inv``, ``offsets``, ``ts`` (None: no ts) as :class:`InputColumns`, ``alarm``
+    (booleans), ``fields`` (the output fields after ``alarm``, in order: float arrays with
+    NaN for ``None``, or boolean arrays), ``special`` (``{row: output}``: the rows whose
+    output is more than the columns, alarms with ``change_at``; written as they are)."""
+
+    __slots__ = ("keys", "inv", "offsets", "ts", "alarm", "fields", "special")
+
+    def __init__(self, keys: list, inv: np.ndarray, offsets: np.ndarray,
+                 ts: np.ndarray | None, alarm: np.ndarray, fields: dict, special: dict):
+        self.keys, self.inv, self.offsets, self.ts = keys, inv, offsets, ts
+        self.alarm, self.fields, self.special = alarm, fields, special
+
+    def __len__(self) -> int:
+        return self.offsets.shape[0]
+
+    def names(self) -> list[str]:
+        """The fields of a row that is not special, in order."""
+        return ["key", *(["ts"] if self.ts is not None else []), "offset", "alarm",
+                *self.fields]
+
+    def record(self, i: int) -> dict:
+        """Row ``i`` as the output record of the record path."""
+        got = self.special.get(i)
+        if got is not None:
+            return got
+        rec: dict[str, Any] = {"key": self.keys[self.inv[i]]}
+        if self.ts is not None:
+            rec["ts"] = float(self.ts[i])
+        rec["offset"] = int(self.offsets[i])
+        rec["alarm"] = bool(self.alarm[i])
+        for name, col in self.fields.items():
+            v = col[i].item()
+            rec[name] = None if type(v) is float and v != v else v
+        return rec
+
+    def records(self) -> list[dict]:
+        return [self.record(i) for i in range(len(self))]
+
+    def alarms(self) -> list[dict]:
+        """The outputs with ``alarm: true``, in order."""
+        return [self.record(i) for i in np.flatnonzero(self.alarm).tolist()]
+
+
+def _kernel(op: Any) -> tuple | None:
+    """The column kernel for the keyed operator ``op`` and whether it gives its dead letters
+    key by key, or None."""
+    from shiftwatch.operators.keyed import Keyed
+
+    if not isinstance(op, Keyed):
+        return None
+    name = type(getattr(op, "_store", None)).__name__
+    if name == "ConfSeqFleet":
+        from shiftwatch.operators.confseq import columns as cs
+
+        return (cs.fleet_columns, False) if cs.columns_ready(op) else None
+    from shiftwatch.operators.river.adapter import RiverDetector
+
+    if isinstance(op.operator, RiverDetector):
+        from shiftwatch.operators.river import columns as rc
+
+        return (rc.river_columns, True) if rc.columns_ready(op) else None
+    return None
+
+
+def columnar_run(pipeline: Any) -> _ColumnarRun | None:
+    """The columnar run of ``pipeline`` (a :class:`~shiftwatch.deploy.local.Pipeline`), or
+    None when it takes the record path (see the module docstring)."""
+    if pipeline.columnar is False or os.environ.get(RECORD_PATH_ENV, "") == "1":
+        return None
+    if (pipeline.speed or pipeline.metrics is not None or pipeline.expiry is not None
+            or len(pipeline.operators) != 1):
+        return None
+    from shiftwatch.streams.columns import columns_eligible
+
+    if not columns_eligible(pipeline.source):
+        return None
+    kernel = _kernel(pipeline.operators[0])
+    if kernel is None:
+        return None
+    return _ColumnarRun(pipeline, *kernel)
+
+
+class _AllDead:
+    """:func:`~shiftwatch.deploy.local.stop_if_all_dead` as a state machine fed item by
+    item (True: the run stops before this item)."""
+
+    def __init__(self, first: int | None):
+        self.first = first
+        self.n = 0
+        self.head: DeadLetter | None = None
+        self.kind: str | None = None
+        self.done = not first
+
+    def item(self, dead: DeadLetter | None) -> bool:
+        if dead is not None and (self.kind is None or reason_kind(dead.reason) == self.kind):
+            if self.head is None:
+                self.head, self.kind = dead, reason_kind(dead.reason)
+            self.n += 1
+            return self.n >= self.first
+        self.done = True
+        return False
+
+
+class _Positions:
+    """:class:`~shiftwatch.deploy.positions.ChangePositions` for column batches: per key
+    the inputs and accepted records so far, and the positions of its rejected inputs."""
+
+    def __init__(self) -> None:
+        self.gid: dict = {}
+        self.n_in = np.zeros(16, dtype=np.int64)
+        self.n_det = np.zeros(16, dtype=np.int64)
+        self.rejected: dict[int, list[int]] = {}
+
+    def batch(self, keys: list, inv: np.ndarray, accepted: np.ndarray,
+              special: dict[int, dict]) -> None:
+        gid = self.gid
+        ids = np.empty(len(keys), dtype=np.int64)
+        for u, k in enumerate(keys):
+            g = gid.get(k)
+            if g is None:
+                g = gid[k] = len(gid)
+            ids[u] = g
+        if len(gid) > self.n_in.shape[0]:
+            size = 2 * len(gid)
+            self.n_in = np.r_[self.n_in, np.zeros(size - self.n_in.shape[0], np.int64)]
+            self.n_det = np.r_[self.n_det, np.zeros(size - self.n_det.shape[0], np.int64)]
+        all_ok = bool(accepted.all())
+        if not all_ok:  # each rejected input's position among its key's inputs
+            for i in np.flatnonzero(~accepted).tolist():
+                g = int(ids[inv[i]])
+                before = int(np.count_nonzero(inv[:i] == inv[i]))
+                self.rejected.setdefault(g, []).append(int(self.n_in[g]) + before)
+        for i in sorted(i for i, o in special.items() if "change_at" in o):
+            o = special[i]
+            j = o.get("change_at")
+            if j is None or isinstance(j, bool) or not isinstance(j, int):
+                continue
+            g = int(ids[inv[i]])
+            same = inv[:i] == inv[i]
+            if not all_ok:
+                same &= accepted[:i]
+            seen = int(self.n_det[g]) + int(np.count_nonzero(same)) + 1  # with this one
+            if 0 <= j < seen:
+                p = j  # the j-th accepted input: past the rejected ones up to it
+                for r in self.rejected.get(g, ()):
+                    if r <= p:
+                        p += 1
+                    else:
+                        break
+                o["change_at"] = p
+            else:
+                o["change_at"] = None
+                o["change_at_operator"] = j
+        _add(self.n_in, ids, inv)
+        _add(self.n_det, ids, inv if all_ok else inv[accepted])
+
+
+def _add(counts: np.ndarray, ids: np.ndarray, inv: np.ndarray) -> None:
+    counts[ids] += np.bincount(inv, minlength=ids.shape[0])
+
+
+class _ColumnarRun:
+    """One replay on the columnar path (built by :func:`columnar_run`).
+
+    The kernels run over super-batches of many micro-batches (``batch_size`` records each):
+    a key's values of a super-batch go through its detector in one call, and a kernel's
+    outputs do not depend on where batches end. What does, the order of the dead letters in
+    their file (the source's are written as they are read, an operator's after its batch),
+    is rebuilt micro-batch by micro-batch."""
+
+    #: Rows per super-batch, at least (a multiple of ``batch_size``).
+    SUPER_ROWS = 1 << 15
+
+    def __init__(self, pipeline: Any, kernel: Any, grouped: bool):
+        self.p = pipeline
+        self.kernel = kernel
+        self.grouped = grouped  # the operator's dead letters come key by key in a batch
+        self.op = pipeline.operators[0]
+        self.path = pipeline.source.path
+        self.pending: list[tuple[int, DeadLetter]] = []  # source dead letters to write
+        self.positions: _Positions | None = None
+        self.read = 0  # items read from the source so far
+        self.blanks: list[int] = []  # the numbers of the blank lines read so far
+
+    def run(self, ex: Any, guard: Any, bar: Any, all_dead: Any) -> None:
+        """Read, process and write the whole source (the record loop of ``Pipeline._run``,
+        in columns); the caller handles the end of the stream and closing. ``all_dead(
+        how_many, head)`` is the exception to raise when the source's first items are all
+        dead letters (:func:`~shiftwatch.deploy.local.stop_if_all_dead`)."""
+        from shiftwatch.streams.columns import csv_columns
+
+        p = self.p
+        size = p.batch_size
+        big = size * max(1, -(-self.SUPER_ROWS // size))
+        check = _AllDead(p.stop_if_all_dead)
+        parts: list[tuple] = []  # (keys, ts, values, lines, offsets) read, not processed
+        held = 0
+        base = 0
+        self.positions = _Positions() if p._positions is not None else None
+        try:
+            for chunk in csv_columns(p.source):
+                m, nd = len(chunk), len(chunk.dead)
+                fresh: list[tuple[int, DeadLetter]] = []
+                if nd:
+                    before = np.array([b for b, _ in chunk.dead], dtype=np.int64)
+                    offs = base + np.arange(m) + np.searchsorted(before, np.arange(m),
+                                                                  side="right")
+                    for j, (b, d) in enumerate(chunk.dead):
+                        d.origin.setdefault("offset", base + b + j)
+                        fresh.append((base + b + j, d))
+                else:
+                    offs = base + np.arange(m, dtype=np.int64)
+                self.blanks.extend(chunk.blanks)
+                if not check.done:
+                    for off, d in _head(offs, fresh):
+                        if check.item(d):  # stop before this item, as the record path
+                            self._count_to(ex, off, d.origin.get("line"))
+                            self._write_source_dead(ex, off)
+                            self._write_source_dead(ex, off, fresh)
+                            raise all_dead(f"the first {check.n}", check.head)
+                        if check.done:
+                            break
+                self.pending.extend(fresh)
+                base += m + nd
+                self.read = base
+                if m:
+                    parts.append((chunk.keys, chunk.ts, chunk.values, chunk.lines, offs))
+                    held += m
+                while held >= big:
+                    batch, parts = _take(parts, big)
+                    held -= big
+                    self._process(ex, batch, guard, bar, final=False)
+        except KeyboardInterrupt:
+            ex.summary.interrupted = True
+        if not check.done and check.n and not ex.summary.interrupted:
+            self._count_to(ex, base)
+            self._write_source_dead(ex, None)
+            n = check.n
+            raise all_dead(f"all {n}" if n > 1 else "the one", check.head)
+        if held:
+            batch, parts = _take(parts, held)
+            try:
+                self._process(ex, batch, guard, bar, final=True)
+            except KeyboardInterrupt:
+                ex.summary.interrupted = True
+        self._count_to(ex, base)
+        self._write_source_dead(ex, None)
+
+    def _count_to(self, ex: Any, items: int, line: int | None = None) -> None:
+        """Count the source's items up to ``items``, and its blank lines before line
+        ``line`` (None: all read), as the record path has when it got there (it counts an
+        item when it reads it: a micro-batch is processed when its last record was read)."""
+        if items > ex.summary.records_in:
+            ex.count_inputs(items - ex.summary.records_in)
+        self.p.source.blank_lines = (len(self.blanks) if line is None
+                                     else bisect_left(self.blanks, line))
+
+    def _write_source_dead(self, ex: Any, before: int | None,
+                           items: list[tuple[int, DeadLetter]] | None = None) -> None:
+        """Write the pending source dead letters (or ``items``) whose offset is below
+        ``before`` (None: all of them)."""
+        todo = self.pending if items is None else items
+        k = len(todo) if before is None else next(
+            (j for j, (o, _) in enumerate(todo) if o >= before), len(todo))
+        if k:
+            self.p._write_dead([ex.dead_letter(d) for _, d in todo[:k]])
+            del todo[:k]
+
+    def _process(self, ex: Any, batch: tuple, guard: Any, bar: Any, final: bool) -> None:
+        """Run a super-batch through the kernel, then write it micro-batch by micro-batch as
+        the record path does: the source's dead letters read before a micro-batch ended
+        (before its last record; at the end of the stream all of them, before a last, partial
+        micro-batch), the operator's of that micro-batch (in input order, or key by key),
+        then its inputs and outputs to the sinks, and the check of the first rejections
+        (``Pipeline``'s ``_RejectionCheck``)."""
+        keys_rows, ts, values, lines, offs = batch
+        uniq = list(dict.fromkeys(keys_rows))
+        index = {k: i for i, k in enumerate(uniq)}
+        n = offs.shape[0]
+        inv = np.fromiter(map(index.__getitem__, keys_rows), dtype=np.int64, count=n)
+        inputs = InputColumns(uniq, inv, offs, ts, values)
+        size = self.p.batch_size
+        with guard.deferred():
+            accepted, alarm, fields, special, dead = self.kernel(
+                self.op, uniq, inv, values, ts, inputs.record)
+            by_batch = self._group_dead(inputs, dead)
+            where = {int(offs[i]): {"file": self.path, "line": int(lines[i]),
+                                    "offset": int(offs[i])}
+                     for i in np.flatnonzero(~accepted).tolist()} if dead else {}
+            rows_special = sorted(special)
+            for b in range(-(-n // size)):
+                lo, hi = b * size, min(n, (b + 1) * size)
+                partial = final and hi == n and hi - lo < size
+                self._count_to(ex, self.read if partial else int(offs[hi - 1]) + 1,
+                               None if partial else int(lines[hi - 1]))
+                self._write_source_dead(ex, None if partial else int(offs[hi - 1]))
+                records = [ex._operator_dead_letter(d, ex.names[0], where, None)
+                           for d in by_batch.get(b, ())]  # (counted in the record path's order)
+                self.p._write_dead(records)
+                i0 = bisect_left(rows_special, lo)
+                i1 = bisect_left(rows_special, hi)
+                sub = {i - lo: special[i] for i in rows_special[i0:i1]}
+                self._write(ex, _part(inputs, lo, hi), accepted[lo:hi], alarm[lo:hi],
+                            {k: v[lo:hi] for k, v in fields.items()}, sub)
+                rejections = self.p._rejections
+                if not rejections.done:
+                    rejections.batch([{"offset": o} for o in offs[lo:hi].tolist()], records)
+            if bar is not None:
+                bar.update(n)
+
+    def _group_dead(self, inputs: InputColumns, dead: list) -> dict[int, list]:
+        """The operator's dead letters by micro-batch, each micro-batch's in the record
+        path's order: input order, or for an operator whose dead letters come key by key
+        (``Keyed``'s clones) by key (in order of first appearance in the micro-batch)."""
+        size = self.p.batch_size
+        order = []
+        for d in dead:
+            row = int(np.searchsorted(inputs.offsets, d.origin.get("offset")))
+            b = row // size
+            first = 0
+            if self.grouped:
+                lo = b * size
+                first = int(np.flatnonzero(inputs.inv[lo:lo + size] == inputs.inv[row])[0])
+            order.append(((b, first, row), d))
+        order.sort(key=lambda x: x[0])
+        by_batch: dict[int, list] = {}
+        for (b, _, _), d in order:
+            by_batch.setdefault(b, []).append(d)
+        return by_batch
+
+    def _write(self, ex: Any, inputs: InputColumns, accepted: np.ndarray,
+               alarm: np.ndarray, fields: dict, special: dict) -> None:
+        """One micro-batch's results: counted, ``change_at`` mapped, to the sinks."""
+        p = self.p
+        all_ok = bool(accepted.all())
+        if self.positions is not None:
+            self.positions.batch(inputs.keys, inputs.inv, accepted, special)
+        for o in special.values():  # clamp_change_ts
+            c = o.get("change_ts")
+            t = o.get("ts")
+            if c is not None and t is not None and c > t:
+                o["change_ts"] = t
+        if all_ok:
+            out = OutputColumns(inputs.keys, inputs.inv, inputs.offsets, inputs.ts, alarm,
+                                fields, special)
+        else:
+            rows = np.flatnonzero(accepted)
+            remap = {int(i): j for j, i in enumerate(rows.tolist())}
+            out = OutputColumns(inputs.keys, inputs.inv[rows], inputs.offsets[rows],
+                                None if inputs.ts is None else inputs.ts[rows], alarm[rows],
+                                {k: v[rows] for k, v in fields.items()},
+                                {remap[i]: o for i, o in special.items()})
+        n_out = len(out)
+        n_alarms = int(np.count_nonzero(out.alarm))
+        s = ex.summary
+        counts = s.alarms_by_operator
+        key = f"0:{ex.names[0]}"
+        if n_out or key in counts:
+            counts[key] = counts.get(key, 0) + n_alarms
+            s.n_operators = 1
+        s.outputs += n_out
+        s.alarms += n_alarms
+        for sink in p.sinks:
+            if getattr(sink, "wants_inputs", False):
+                write = getattr(sink, "write_input_columns", None)
+                if write is not None:
+                    write(inputs)
+                else:
+                    sink.write_inputs(inputs.records())
+            if hasattr(sink, "write_output_columns"):
+                sink.write_output_columns(out)
+            elif hasattr(sink, "write_columns"):
+                sink.write_columns(out)
+            elif getattr(sink, "reads_alarms_only", False):
+                sink.write(out.alarms())
+            else:
+                sink.write(out.records())
+
+
+def _part(inputs: InputColumns, lo: int, hi: int) -> InputColumns:
+    """Rows ``lo:hi`` of ``inputs``, their keys in order of first appearance among them."""
+    if lo == 0 and hi == len(inputs):
+        return inputs
+    inv = inputs.inv[lo:hi]
+    present = list(dict.fromkeys(inv.tolist()))  # in order of first appearance
+    remap = np.empty(len(inputs.keys), dtype=np.int64)
+    remap[present] = np.arange(len(present))
+    keys = inputs.keys
+    return InputColumns([keys[u] for u in present], remap[inv], inputs.offsets[lo:hi],
+                        None if inputs.ts is None else inputs.ts[lo:hi], inputs.values[lo:hi])
+
+
+def _head(offs: np.ndarray, fresh: list) -> list[tuple[int, DeadLetter | None]]:
+    """A chunk's first items in order as (offset, DeadLetter or None for a record): its dead
+    letters and enough rows to reach the first record (:class:`_AllDead` stops there)."""
+    items: list = [(o, None) for o in offs[:len(fresh) + 1].tolist()] + fresh
+    items.sort(key=lambda x: x[0])
+    return items
+
+
+def _take(parts: list[tuple], size: int) -> tuple[tuple, list[tuple]]:
+    """The first ``size`` rows of ``parts`` as one batch, and the parts left."""
+    got, left, need = [], [], size
+    for part in parts:
+        m = len(part[0])
+        if need == 0:
+            left.append(part)
+        elif m <= need:
+            got.append(part)
+            need -= m
+        else:
+            got.append(tuple(None if c is None else c[:need] for c in part))
+            left.append(tuple(None if c is None else c[need:] for c in part))
+            need = 0
+    if len(got) == 1:
+        return got[0], left
+    keys = list(chain.from_iterable(g[0] for g in got))
+    cols = [None if got[0][c] is None else np.concatenate([g[c] for g in got])
+            for c in (1, 2, 3, 4)]
+    return (keys, *cols), left

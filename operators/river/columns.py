@@ -1,0 +1,177 @@
+"""``river:NAME`` on columns: each key's values of a micro-batch through its River detector.
+
+The replay's columnar path (:mod:`shiftwatch.deploy.columnar`) hands a keyed River
+detector the batch as arrays. :func:`river_columns` runs each key's values (in input order)
+through the key's detector without building a record per value, and gives what
+``Keyed.process_batch`` gives for the same records, in columns: the same ``alarm``,
+``statistic`` and ``warning``, the same located changes (the values pushed into the key's
+locate window up to each alarm, then :meth:`RiverDetector._locate`), the same dead letters.
+
+A key seen for the first time, a key whose detector is not yet running as a scalar one, and
+a key with a value beyond the operator's ``max_abs`` take the record path for its rows
+of the batch (``Keyed``'s own store, record by record). River's ``ADWIN`` is stepped
+through its compiled window directly (what ``ADWIN.update`` and ``ADWIN.estimation`` do, in
+the same order); the other detectors through ``update``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.operators.river.adapter import RiverDetector, _statistic_adwin
+from shiftwatch.records import DeadLetter
+
+__all__ = ["river_columns", "columns_ready"]
+
+
+def columns_ready(keyed: Any) -> bool:
+    """Whether ``keyed`` (a :class:`~shiftwatch.operators.keyed.Keyed`) holds a River
+    detector :func:`river_columns` can run: a non-binary one reading ``value``, one clone
+    per key."""
+    op = getattr(keyed, "operator", None)
+    store = getattr(keyed, "_store", None)
+    return (isinstance(op, RiverDetector) and not op.binary and op.field == "value"
+            and type(store).__name__ == "_Clones" and not keyed._deferred
+            and keyed.expiry is None)
+
+
+def _adwin_class() -> type | None:
+    try:
+        from river.drift import ADWIN
+    except ImportError:  # pragma: no cover - river is a dependency
+        return None
+    return ADWIN
+
+
+def river_columns(keyed: Any, keys: list, inv: np.ndarray, values: np.ndarray,
+                  ts: np.ndarray | None, record: Callable[[int], dict]) -> tuple:
+    """Run one micro-batch through the River detectors of ``keyed``, key by key.
+
+    Parameters and result as :func:`shiftwatch.operators.confseq.columns.fleet_columns`;
+    ``fields`` is ``{"statistic": floats (NaN for None)}`` (and ``"warning"``, booleans, for
+    detectors with a warning zone); the dead letters come key by key (keys in order of
+    first appearance), as ``Keyed`` gives them.
+    """
+    store = keyed._store
+    ops = store._ops
+    n = values.shape[0]
+    template: RiverDetector = keyed.operator
+    warning = template.has_warning
+    accepted = np.ones(n, dtype=bool)
+    alarm = np.zeros(n, dtype=bool)
+    stat = np.full(n, np.nan)
+    warn = np.zeros(n, dtype=bool) if warning else None
+    special: dict[int, dict] = {}
+    dead: list[DeadLetter] = []
+    order = np.argsort(inv, kind="stable")
+    counts = np.bincount(inv, minlength=len(keys))
+    ends = np.cumsum(counts)
+    hi = template.max_abs
+    for u, key in enumerate(keys):
+        rows = order[ends[u] - counts[u]:ends[u]]
+        xs = values[rows]
+        bad = np.flatnonzero(~(np.abs(xs) <= hi)).tolist()  # beyond max_abs: the record rule
+        i, m = 0, rows.shape[0]
+        while i < m:
+            op = ops.get(key)
+            if op is None or op._detector is None or op._shape != () or (bad and bad[0] == i):
+                # The record path for this row (a key's first record, a value it refuses).
+                if bad and bad[0] == i:
+                    bad.pop(0)
+                r = int(rows[i])
+                o = store.process_batch([record(r)], keyed)[0]
+                if isinstance(o, DeadLetter):
+                    accepted[r] = False
+                    dead.append(o)
+                else:
+                    special[r] = o
+                    alarm[r] = bool(o.get("alarm"))
+                i += 1
+                continue
+            j = bad[0] if bad else m
+            _run_segment(op, template, rows[i:j], xs[i:j], ts, record, alarm, stat, warn,
+                         special)
+            i = j
+    fields: dict[str, Any] = {"statistic": stat}
+    if warning:
+        fields["warning"] = warn
+    return accepted, alarm, fields, special, dead
+
+
+def _run_segment(op: RiverDetector, template: RiverDetector, rows: np.ndarray,
+                 xs: np.ndarray, ts: np.ndarray | None, record: Callable[[int], dict],
+                 alarm: np.ndarray, stat: np.ndarray, warn: np.ndarray | None,
+                 special: dict[int, dict]) -> None:
+    """Values ``xs`` of rows ``rows`` (one key, in order) through the key's running scalar
+    detector: statistics, alarms, the locate window and the alarms' outputs."""
+    det = op._detector
+    xl = xs.tolist()
+    m = len(xl)
+    warning = warn is not None
+    adwin = _adwin_class()
+    if adwin is not None and type(det) is adwin and type(op)._statistic is _statistic_adwin:
+        st, hits = _run_adwin(det, xl)
+    else:
+        st, hits, wl = _run_generic(op, det, xl, warning)
+        if warning:
+            warn[rows] = wl
+    stat[rows] = np.array(st, dtype=np.float64)
+    window = op._window
+    done = 0
+    for h in hits:
+        i = int(rows[h])
+        alarm[i] = True
+        if window is not None:
+            window.push_many(xs[done:h + 1],
+                             None if ts is None else ts[rows[done:h + 1]].tolist())
+            done = h + 1
+        o = template._output(record(i), alarm=True, statistic=st[h])
+        if warning:
+            o["warning"] = bool(warn[i])
+        if window is not None:
+            op._locate(o, None)
+        special[i] = o
+    if window is not None and done < m:
+        window.push_many(xs[done:], None if ts is None else ts[rows[done:]].tolist())
+
+
+def _run_adwin(det: Any, xs: list[float]) -> tuple[list, list[int]]:
+    """River's ``ADWIN.update`` and ``float(ADWIN.estimation)`` for each of ``xs``, through
+    its compiled window (what those two do, step for step)."""
+    helper = det._helper
+    update, width, total = helper.update, helper.get_width, helper.get_total
+    drift = det._drift_detected
+    stats: list[float] = []
+    keep = stats.append
+    hits = []
+    for x in xs:
+        if drift:  # ADWIN.update starts afresh after a drift
+            det._reset()
+            helper = det._helper
+            update, width, total = helper.update, helper.get_width, helper.get_total
+        drift = update(x)
+        w = width()
+        keep(total() / w if w else 0.0)
+        if drift:
+            hits.append(len(stats) - 1)
+    det._drift_detected = drift
+    return stats, hits
+
+
+def _run_generic(op: RiverDetector, det: Any, xs: list[float], warning: bool
+                 ) -> tuple[list, list[int], list]:
+    update, statistic = det.update, op._statistic
+    stats: list = [None] * len(xs)
+    warn: list = [False] * len(xs) if warning else []
+    hits = []
+    for i, x in enumerate(xs):
+        update(x)
+        stats[i] = statistic(det)
+        if warning:
+            warn[i] = det.warning_detected
+        if det.drift_detected:
+            hits.append(i)
+    return stats, hits, warn

@@ -1,0 +1,283 @@
+"""A CSV file read in column batches: the key, ts and value columns of many lines at once.
+
+The replay's columnar path (:mod:`~shiftwatch.deploy.columnar`) reads a
+:class:`~shiftwatch.streams.files.CsvSource` with :func:`csv_columns` instead of record by
+record. Each :class:`ColumnChunk` holds, for the lines it covers, the accepted rows as
+columns (``keys``, ``ts``, ``values``, ``lines``) and the lines that became dead letters.
+
+The result is the record path's, item for item: a block of lines is checked with a few
+vectorised tests (no quote, the right number of fields, numeric cells that are plain short
+numbers, magnitudes within :data:`~shiftwatch.records.MAX_ABS`), and every line that fails
+one of them goes through the record path's own rule
+(:meth:`~shiftwatch.streams.files.CsvSource._line_item`), so blank lines, bytes that are not
+UTF-8, broken quoting, wrong field counts, bad numbers and the tail of a damaged ``.gz``
+file give the same records and dead letters, with the same reasons and line numbers.
+
+Only what the columns can hold is read this way (:func:`columns_eligible`): a scalar
+``value`` column, optional ``key`` and ``ts`` columns, no ``ts_format``, no ``y``, ``task``
+or ``extra`` columns. Anything else stays on the record path.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.records import MAX_ABS, DeadLetter
+from shiftwatch.streams.files import (
+    _SHORT_NUMBER,
+    _UNDECODABLE,
+    CsvSource,
+    _damage_reason,
+    _open_text,
+    _raw,
+    _undecodable,
+)
+
+__all__ = ["ColumnChunk", "columns_eligible", "csv_columns"]
+
+#: Characters of text read at a time.
+CHUNK_CHARS = 1 << 16
+#: The characters of numbers (a column's cells joined by newlines).
+_CHARS = re.compile(r"[0-9.eE+\n-]*").fullmatch
+#: What ``float`` reads but a short number of the record path's grammar is not
+#: (``files._SHORT_NUMBER``), in a column's cells joined by newlines (with a newline before
+#: the first and after the last): a leading zero before a digit or no digit before the point
+#: (``_LEAD``), no digit after the point (``.`` before ``e``, ``E`` or a newline), an
+#: exponent of 10 digits (``_LONG_EXP``). (Cells of 100 characters or more are checked one by
+#: one.) A column of cells within ``_CHARS`` that ``float`` reads, with none of these, is a
+#: column of short numbers.
+_LEAD = re.compile(r"\n[+-]?(?:0[0-9]|\.)").search
+_LONG_EXP = re.compile(r"[eE][+-]?[0-9]{10}").search
+
+
+def _short_column(col: list[str]) -> bool:
+    """Whether every cell of ``col`` that ``float`` reads is a short number (see above)."""
+    joined = "\n".join(col)
+    if _CHARS(joined) is None or max(map(len, col)) >= 100:
+        return False
+    s = f"\n{joined}\n"
+    if _LEAD(s) or ".\n" in s or ".e" in s or ".E" in s:
+        return False
+    return not (("e" in s or "E" in s) and _LONG_EXP(s))
+
+
+class ColumnChunk:
+    """The items of some consecutive lines: accepted rows as columns, and dead letters.
+
+    Attributes
+    ----------
+    keys
+        The key of each accepted row (a list; ``None`` without a key column).
+    ts
+        float64 array of the rows' ``ts``, or None without a ts column.
+    values
+        float64 array of the rows' values.
+    lines
+        int64 array of the rows' line numbers (1-based; the header is line 1).
+    dead
+        ``(rows_before, DeadLetter)`` pairs in line order: ``rows_before`` accepted rows of
+        this chunk come before the dead letter.
+    blanks
+        The numbers of the blank lines (skipped).
+    """
+
+    __slots__ = ("keys", "ts", "values", "lines", "dead", "blanks")
+
+    def __init__(self, keys: list, ts: np.ndarray | None, values: np.ndarray,
+                 lines: np.ndarray, dead: list[tuple[int, DeadLetter]],
+                 blanks: list[int] | None = None):
+        self.keys, self.ts, self.values, self.lines, self.dead = keys, ts, values, lines, dead
+        self.blanks = blanks or []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def columns_eligible(source: Any) -> bool:
+    """Whether ``source`` can be read by :func:`csv_columns`."""
+    return (type(source) is CsvSource and isinstance(source.value, str)
+            and not source.y and not source.task and not source._extra
+            and source.ts_format is None)
+
+
+def csv_columns(source: CsvSource, chunk_chars: int = CHUNK_CHARS) -> Iterator[ColumnChunk]:
+    """The items of ``source`` (see :func:`columns_eligible`) as column chunks, in file order.
+
+    Counts blank lines in ``source.blank_lines``; ``source.close()`` closes an iteration
+    under way.
+    """
+    if not columns_eligible(source):
+        raise ValueError(f"{source!r} cannot be read in columns (see columns_eligible)")
+    it = _chunks(source, chunk_chars)
+    source._open.append(it)
+    return it
+
+
+def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
+    src.blank_lines = 0
+    header = src._header
+    pos = {c: header.index(c) for c in src._wanted()}
+    layout = (len(header), pos.get(src.key) if src.key else None,
+              pos.get(src.ts) if src.ts else None, pos[src._columns[0]], pos)
+    f, guard = _open_text(src.path)
+    with f:
+        head = f.readline()  # the header, line 1 (checked by the source)
+        lineno = 1
+        if not head:
+            return
+        rest = ""
+        while True:
+            data = f.read(chunk_chars)
+            if not data:
+                break
+            data = rest + data
+            cut = data.rfind("\n")
+            if cut < 0:
+                rest = data
+                continue
+            rest = data[cut + 1:]
+            lines, _ = _split_lines(data[:cut + 1])
+            yield _block(src, lines, lineno + 1, layout)
+            lineno += len(lines)
+        tail = None
+        if rest:
+            lines, ended = _split_lines(rest)
+            if guard is not None and guard.error is not None and not ended:
+                tail = lines.pop()
+            if lines:
+                yield _block(src, lines, lineno + 1, layout)
+                lineno += len(lines)
+        lineno += 1  # the line the damage cut short, or the one after the last
+        if guard is not None and guard.error is not None:
+            dead = src._dead(_raw(tail or ""), _damage_reason(guard.error, lineno - 1), lineno)
+            yield ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
+                              np.empty(0, dtype=np.int64), [(0, dead)])
+
+
+def _split_lines(text: str) -> tuple[list[str], bool]:
+    """``text`` as the file's lines without their line breaks (a line ends at ``\\n``,
+    ``\\r`` or ``\\r\\n``, as the record path's text file reads it), and whether the last
+    line had one."""
+    if "\r" not in text:
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+            return lines, True
+        return lines, False
+    raw = io.StringIO(text, newline="").readlines()
+    return [line.rstrip("\r\n") for line in raw], raw[-1][-1:] in ("\n", "\r")
+
+
+def _block(src: CsvSource, texts: list[str], first: int, layout: tuple) -> ColumnChunk:
+    """The lines ``first, first + 1, ...`` of the file (``texts``, without their line
+    breaks) as a chunk."""
+    ncol, kpos, tpos, vpos, pos = layout
+    n = len(texts)
+    d = src.delimiter
+    joined = "\n".join(texts)
+    slow = set()
+    if '"' in joined:
+        slow.update(i for i, t in enumerate(texts) if '"' in t)
+    if not joined.isascii() and _UNDECODABLE.search(joined):
+        slow.update(i for i, t in enumerate(texts) if _undecodable(t))
+    counts = list(map(str.count, texts, repeat(d, n)))
+    if not slow and counts.count(ncol - 1) == n:
+        # Every line has ncol fields: the cells of all lines in one list (no list per line:
+        # the garbage collector would visit each), a column every ncol-th cell.
+        flat = joined.replace("\n", d).split(d) if d != "\n" else joined.split(d)
+        cols = [flat[c::ncol] for c in range(ncol)]
+        cand = None  # every row
+    else:
+        slow.update(i for i, c in enumerate(counts) if c != ncol - 1)
+        cand = [i for i in range(n) if i not in slow]
+        rows = [texts[i].split(d) for i in cand]
+        cols = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(ncol)]
+    m = n if cand is None else len(cand)
+    ok = np.ones(m, dtype=bool)
+    values = _numbers(cols[vpos], ok)
+    ts = _numbers(cols[tpos], ok) if tpos is not None else None
+    keys = cols[kpos] if kpos is not None else [None] * m
+    if not ok.all():
+        bad = np.flatnonzero(~ok).tolist()
+        slow.update(bad if cand is None else [cand[i] for i in bad])
+    if not slow:
+        return ColumnChunk(keys, ts, values, np.arange(first, first + n, dtype=np.int64), [])
+    # Some lines take the record path's rule: merge them back in line order.
+    kind = np.zeros(n, dtype=np.int8)  # 0 a row, 1 a dead letter, 2 a blank line
+    all_keys: list = [None] * n
+    all_v = np.zeros(n)
+    all_t = np.zeros(n) if ts is not None else None
+    idx = np.arange(n) if cand is None else np.asarray(cand, dtype=np.int64)
+    okr = np.flatnonzero(ok)
+    take = idx[okr]
+    all_v[take] = values[okr]
+    if all_t is not None:
+        all_t[take] = ts[okr]
+    for i, k in zip(take.tolist(), okr.tolist(), strict=True):
+        all_keys[i] = keys[k]
+    dead_at: dict[int, DeadLetter] = {}
+    blanks = []
+    for i in sorted(slow):
+        item = _slow_line(src, texts[i], first + i, pos, ncol)
+        if item is None:
+            kind[i] = 2
+            src.blank_lines += 1
+            blanks.append(first + i)
+        elif type(item) is dict:
+            all_keys[i] = item["key"]
+            all_v[i] = item["value"]
+            if all_t is not None:
+                all_t[i] = item["ts"]
+        else:
+            kind[i] = 1
+            dead_at[i] = item
+    rows_ok = np.flatnonzero(kind == 0)
+    before = np.cumsum(kind == 0)  # rows up to and including each line
+    dead = [(int(before[i]), dead_at[i]) for i in sorted(dead_at)]
+    return ColumnChunk([all_keys[i] for i in rows_ok.tolist()],
+                       None if all_t is None else all_t[rows_ok], all_v[rows_ok],
+                       rows_ok.astype(np.int64) + first, dead, blanks)
+
+
+def _numbers(col: list, ok: np.ndarray) -> np.ndarray:
+    """The cells of a numeric column as floats; ``ok`` loses the rows whose cell is not a
+    plain short number within the magnitude limit (they take the record path's rule)."""
+    m = len(col)
+    if m == 0:
+        return np.empty(0)
+    out = None
+    if _short_column(col):
+        try:
+            out = np.fromiter(map(float, col), dtype=np.float64, count=m)
+        except ValueError:
+            out = None
+    if out is None:  # some cell is not a plain short number: cell by cell
+        out = np.zeros(m)
+        for i, c in enumerate(col):
+            if _SHORT_NUMBER(c) is None:
+                ok[i] = False
+            else:
+                out[i] = float(c)
+    big = ~(np.abs(out) <= MAX_ABS)
+    if big.any():
+        ok &= ~big
+    return out
+
+
+def _slow_line(src: CsvSource, text: str, lineno: int, pos: dict,
+               ncol: int) -> dict | DeadLetter | None:
+    """One line by the record path's rule: None for a blank line, else a record or a dead
+    letter."""
+    if not text.strip():
+        return None
+    if not text.isascii():
+        bad = _undecodable(text)
+        if bad is not None:
+            return src._dead(_raw(text), bad, lineno)
+    return src._line_item(text, lineno, pos, ncol)
