@@ -4,15 +4,17 @@ false-alarm rate on stationary streams.
     python benchmarks/shape.py sensitivity [--data ../shared/data]
     python benchmarks/shape.py null [--runs 20] [--n 20000]
 
-``sensitivity``: one knob at a time around the defaults (threshold, block, min_blocks, confirm,
+``sensitivity``: one knob at a time around the defaults (threshold, a number or ``"null"``
+at its default rate, block, min_blocks, confirm,
 max_blocks, burn_in, span, dmax, shrinkage, min_spread, refine), mean F1 at margin 5 and at
 1% of the length and covering over the 25 series of ``tssb-dev.json``, scored at
 ``change_at`` (``shiftwatch.sinks.scoring.evaluate_detector``). A plateau around a default
 says it was not picked off a spike.
 
 ``null``: seeded stationary streams (white noise, AR(1) with rho 0.5 and 0.9, a sine of
-period 10 or 37 under noise): alarms per 10,000 records, with a 95% Poisson interval, over
-``--runs`` streams of ``--n`` records each.
+period 10 or 37 under noise): alarms per 10,000 records and per 100 periods (the period the
+burn-in chose), with 95% Poisson intervals, over ``--runs`` streams of ``--n`` records each;
+``--threshold null`` for the null's curve.
 
 Results: ``benchmarks/results/shape.md``.
 """
@@ -31,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: (knob, values) tried one at a time around the defaults.
 KNOBS = [
-    ("threshold", [3.0, 4.0, 5.0, 7.0, 9.0, 12.0]),
+    ("threshold", [3.0, 4.0, 5.0, 7.0, 9.0, 12.0, "null"]),
     ("block", [1.0, 1.5, 2.5, 3.0]),
     ("min_blocks", [2, 4, 5]),
     ("confirm", [0, 2, 3]),
@@ -45,7 +47,7 @@ KNOBS = [
 ]
 
 
-def _located(values: np.ndarray, **params) -> list[int]:
+def _located(values: np.ndarray, periods: list | None = None, **params) -> list[int]:
     from shiftwatch.operators.shape.detector import ShapeDetector
 
     det = ShapeDetector(**params)
@@ -53,6 +55,8 @@ def _located(values: np.ndarray, **params) -> list[int]:
     out = [int(c) for c in change_at[alarm == 1]]
     for e in extra:
         out += [int(c) for c in e[:-1]]
+    if periods is not None:
+        periods.append(len(values) / det.time_scale["period"] if det.time_scale else 0.0)
     return sorted(set(out))
 
 
@@ -93,7 +97,7 @@ def sensitivity(data: Path) -> list[str]:
     return lines
 
 
-def null(runs: int, n: int) -> list[str]:
+def null(runs: int, n: int, **params) -> list[str]:
     from scipy import signal, stats
 
     t = np.arange(n)
@@ -106,15 +110,21 @@ def null(runs: int, n: int) -> list[str]:
         "sine, period 37, noise 0.3": lambda r: np.sin(2 * np.pi * t / 37)
         + 0.3 * r.normal(size=n),
     }
-    lines = ["| stream | alarms | per 10,000 records [95% interval] |",
-             "| --- | ---: | --- |"]
+    lines = ["| stream | alarms | per 10,000 records [95% interval] | period | "
+             "per 100 periods [95% interval] |",
+             "| --- | ---: | --- | ---: | --- |"]
     for name, make in streams.items():
-        alarms = sum(len(_located(make(np.random.default_rng(seed)))) for seed in range(runs))
-        exposure = runs * n / 1e4
+        periods: list[float] = []
+        alarms = sum(len(_located(make(np.random.default_rng(seed)), periods, **params))
+                     for seed in range(runs))
         lo = stats.chi2.ppf(0.025, 2 * alarms) / 2 if alarms else 0.0
         hi = stats.chi2.ppf(0.975, 2 * alarms + 2) / 2
-        lines.append(f"| {name} | {alarms} | {alarms / exposure:.2f} "
-                     f"[{lo / exposure:.2f}, {hi / exposure:.2f}] |")
+        cells = []
+        for exposure in (runs * n / 1e4, sum(periods) / 100):
+            cells.append(f"{alarms / exposure:.2f} [{lo / exposure:.2f}, {hi / exposure:.2f}]"
+                         if exposure else "-")
+        P = np.median([n / p for p in periods if p]) if any(periods) else 0
+        lines.append(f"| {name} | {alarms} | {cells[0]} | {P:.0f} | {cells[1]} |")
         print(lines[-1], flush=True)
     return lines
 
@@ -125,10 +135,14 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--n", type=int, default=20_000)
+    ap.add_argument("--threshold", type=lambda v: v if v == "null" else float(v),
+                    default=None, help="null: 'null' or a fixed threshold (default: the "
+                    "detector's default)")
     args = ap.parse_args(argv)
     t0 = time.time()
-    lines = sensitivity(Path(args.data)) if args.what == "sensitivity" else null(args.runs,
-                                                                               args.n)
+    extra = {} if args.threshold is None else {"threshold": args.threshold}
+    lines = (sensitivity(Path(args.data)) if args.what == "sensitivity"
+             else null(args.runs, args.n, **extra))
     print(f"\n`python benchmarks/shape.py {' '.join(sys.argv[1:])}` "
           f"({time.strftime('%Y-%m-%d %H:%M')}, {time.time() - t0:.0f} s)")
     print("\n".join(lines))

@@ -3,23 +3,23 @@
 Each key is routed once, by a rule stated in words and decided on the key's own first
 records (the same progressive burn-in as ``shape``):
 
-* **A clear period** (at 64, 128 or 256 records, some channel's first autocorrelation peak
-  after its first zero crossing reaches ``min_acf`` within a quarter of the records, the
-  test :func:`~shiftwatch.operators.period.progressive_period` accepts a period by): the key
-  goes to ``shape``, which detects changes of shape, period, noise colour or correlation.
-  ``shape`` replays the key's first records, so none is lost; alarms of that replay come on
-  the record that decided (``change_at`` the latest, ``changes_at`` all), as ``shape``'s own
-  burn-in alarms do.
-* **No clear period by** ``burn_in`` **records (384)**: the key stays with the level
-  detector: ``standardize`` (30 records) then River's ADWIN, one per channel (an alarm when
-  any channel alarms), located by the mean-shift split.
-* **From the first record** the level detector runs, so a series of a few dozen records can
-  alarm (TCPD has series of 21 and 37 records); its alarms before a switch to ``shape``
-  stand.
+* **A clear period** (``shape``'s own time-scale rule,
+  :func:`~shiftwatch.operators.period.time_scale_rule`, finds one at a checkpoint of 64,
+  128, 256 or 384 records by the periodogram or the autocorrelation: rule ``"fft"`` or
+  ``"acf"``): the key goes to ``shape``, which detects changes of shape, period, noise
+  colour or correlation. ``shape`` replays the key's first records, so none is lost; alarms
+  of that replay come on the record that decided (``change_at`` the latest, ``changes_at``
+  all), as ``shape``'s own burn-in alarms do.
+* **No clear period by** ``burn_in`` **records (384)** (rule ``"acf-weak"`` or ``"none"``):
+  the key stays with the level detector: ``standardize`` (30 records) then River's ADWIN,
+  one per channel (an alarm when any channel alarms), located by the mean-shift split.
+* **From the first record** the level detector runs, so a short series can alarm (ADWIN
+  checks every 32 records: its warm-up; a replay's report names the keys shorter than it);
+  its alarms before a switch to ``shape`` stand.
 
 ``multichannel="level"`` sends every multichannel key to the level detector whatever its
 period. The rule and its default were chosen on the development data only
-(``benchmarks/auto.py``; ``benchmarks/results/auto.md``).
+(``benchmarks/realdata.py``; ``benchmarks/results/auto.md``).
 
 The inner operators are built through the registry by name (``shape``, ``standardize``,
 ``river:ADWIN``), so this module imports no operator family.
@@ -33,49 +33,20 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.period import acf, checkpoints
+from shiftwatch.operators.period import checkpoints, time_scale_rule
 from shiftwatch.operators.registry import create, register
 from shiftwatch.records import BadInput, as_array, get_field
 
-__all__ = ["AutoDetect", "clear_period"]
+__all__ = ["AutoDetect", "CLEAR_RULES"]
+
+#: The time-scale rules that find a clear period (``shape``'s own, at a checkpoint).
+CLEAR_RULES = ("fft", "acf")
 
 #: The fields an inner detector's output hands on.
 _CARRY = ("alarm", "statistic", "threshold", "change_at", "change_ts", "changes_at",
           "coordinates")
 _ROUTES = ("deciding", "shape", "level")
 _MULTI = ("period", "level")
-
-
-def _first_peak(r: np.ndarray, p_min: int) -> int | None:
-    neg = np.nonzero(r[1:] < 0)[0]
-    if not len(neg):
-        return None
-    for j in range(max(int(neg[0]) + 2, p_min), len(r) - 1):
-        if r[j] >= r[j - 1] and r[j] >= r[j + 1] and r[j] > 0:
-            return j
-    return None
-
-
-def clear_period(y: np.ndarray, p_min: int = 4, min_acf: float = 0.3) -> int | None:
-    """The period of the first channel of ``y`` (``(n,)`` or ``(n, c)``) that has a clear one
-    (first autocorrelation peak after the first zero crossing, within ``n // 4``, of height
-    >= ``min_acf``), or None.
-
-    >>> t = np.arange(128)
-    >>> clear_period(np.sin(2 * np.pi * t / 12))
-    12
-    >>> clear_period(np.random.default_rng(0).normal(size=128)) is None
-    True
-    """
-    y = np.asarray(y, dtype=np.float64)
-    y = y[:, None] if y.ndim == 1 else y
-    n = len(y)
-    for ch in range(y.shape[1]):
-        r = acf(y[:, ch], n // 4 + 1)
-        j = _first_peak(r, p_min)
-        if j is not None and j <= n // 4 and r[j] >= min_acf:
-            return int(j)
-    return None
 
 
 @register("auto")
@@ -171,8 +142,7 @@ class AutoDetect(Operator):
         self._shape: Operator | None = None
         rule = self._routing()
         self._rule = rule
-        self._checks = [n for n in checkpoints(rule["burn_in_min"], rule["burn_in"])
-                        if n < rule["burn_in"]]
+        self._checks = checkpoints(rule["burn_in_min"], rule["burn_in"])
 
     # ---- state ------------------------------------------------------------------------
 
@@ -332,14 +302,18 @@ class AutoDetect(Operator):
         self._buf = np.vstack([self._buf, x[None, :]])
         self._bts = np.append(self._bts, t if np.isfinite(t) else np.nan)
         n = len(self._buf)
+        found = None
         if n in self._checks and (self._c == 1 or self.multichannel == "period"):
             rule = self._rule
-            if clear_period(self._buf, rule["p_min"], rule["min_acf"]) is not None:
+            found = time_scale_rule(self._buf, rule["burn_in_min"], rule["burn_in"],
+                                    rule["p_min"], rule["min_acf"])
+            if found is not None and found["rule"] in CLEAR_RULES:
                 shape_out = self._to_shape()
                 if level_out.get("alarm") and not shape_out.get("alarm"):
                     return level_out
                 return shape_out
-        if n >= self._rule["burn_in"] or (self._c > 1 and self.multichannel == "level"):
+        if found is not None or n >= self._rule["burn_in"] or (
+                self._c > 1 and self.multichannel == "level"):
             self._route = "level"
             self._buf, self._bts = np.zeros((0, self._c)), np.zeros(0)
         return level_out

@@ -12,11 +12,18 @@ Method, per key
 1. **Burn-in** (a prefix only). The location and scale of each channel are learned on it and
    frozen (they matter only for the ``gauss`` feature; the default feature is invariant to
    both). The period ``P`` is chosen by
-   :func:`~shiftwatch.operators.period.progressive_period`: the first
-   autocorrelation peak after the first zero crossing, accepted at 64, 128, 256 records when
-   it is clear (ACF >= 0.3 and P <= n/4), else taken at ``burn_in`` records (periodogram
-   fallback). A multichannel stream is fixed at the first checkpoint where any channel has a
-   clear period: the median of those channels' periods.
+   :func:`~shiftwatch.operators.period.time_scale_rule` (issue 36 item 2), tried at 64,
+   128, 256 and ``burn_in`` (384) records: the periodogram's dominant period confirmed by an
+   ACF peak (ACF >= 0.3, 4 <= P < n/4), else the first ACF peak after the first zero
+   crossing if it is as clear; the stream's period is fixed at the first checkpoint where any
+   channel has one (the median over those channels). A peak at the edge of the range
+   (P = n/4) is not a period. With no clear period by ``burn_in``, a scalar stream takes its
+   weak first ACF peak unless its spectrum is red (the periodogram's largest power at the
+   range's longest period); otherwise, and for a multichannel stream with no clear channel,
+   there is no period and the scale is short: ``P = 16`` records (blocks of 32), not the
+   longest allowed one (96: blocks of 192, so 6 blocks outlasted short series). Chosen on
+   tssb-dev and mocap6 among pre-declared variants (``benchmarks/results/shape.md``,
+   "Time-scale rule"); ``time_scale["rule"]`` says which branch fixed the period.
 2. **Delay embedding** of each channel: ``(y_t, y_{t-tau}, ..., y_{t-(d-1) tau})`` covering
    ``span`` periods with at most ``dmax`` coordinates in all (``dmax // c`` per channel of
    ``c``; none when that is below 2)
@@ -35,8 +42,29 @@ Method, per key
    log-Euclidean distance between the two sides' Frechet means in units of its own standard
    error: about 1 without a change, whatever the series' scale, units or instance-to-instance
    variability (Dubey & Mueller's Frechet change-point idea with a log-Euclidean metric).
-5. **Alarm** when ``Z > threshold``; the decision waits ``confirm`` more blocks and takes the
-   split of the latest scan above the threshold. ``change_at`` is that block boundary refined
+5. **Alarm** when ``Z`` exceeds the threshold of the scan's window: a fixed number
+   (``threshold=6.0``, the default), or ``c(N)`` for ``N`` blocks since the start or the last
+   change (``threshold="null"``). ``Z``'s null distribution depends on ``N``
+   (``V`` rests on ``N`` blocks; the max runs over ``N - 2 min_blocks + 1`` splits), on the
+   feature dimension and above all on how dependent successive blocks are, so with a fixed
+   threshold young windows alarm more often than old ones. ``c(N)`` comes from a table
+   computed on synthetic nulls (:mod:`~shiftwatch.operators.shape.null`, derived by
+   ``benchmarks/shape_null.py`` with a fixed seed: white noise, AR(1) 0.5 and 0.9, resonant
+   AR(2) coherent for 1 or 3 periods, sines under noise, a square wave under AR(1) noise;
+   periods 4-32, i.e. feature dimensions 10-136, interpolated in ``log q``; ``min_blocks``
+   2-5): the probability of a first alarm at a scan, given none before and averaged over
+   those families, is ``h = false_alarms_per_100_periods * block / 100`` at every ``N`` (one
+   scan per block), so a stationary stream alarms about ``false_alarms_per_100_periods``
+   times per 100 periods however long it runs and however young its segment. The rate is
+   the families' mean: one stream sees from none (white noise, sines, AR(1)) to several
+   times the rate (a resonance that stays coherent longer than a block), see
+   ``benchmarks/results/shape.md``, "Threshold from the null". Its default rate, 0.2 per 100
+   periods, is a round average run length (one false alarm per 500 periods). ``"null"`` is
+   not the default: on the development data it lost to the fixed 6 at every rate tried
+   (tssb-dev covering 0.657-0.702 against 0.732, F1@1% 0.658-0.714 against 0.725; mocap6
+   covering 0.363 against 0.556), so the default stays the one chosen there. The decision
+   waits ``confirm`` more blocks and takes the split of the latest scan above its
+   threshold. ``change_at`` is that block boundary refined
    to the record by the Gaussian likelihood-ratio split of the embedded vectors (own mean
    and covariance per side) over the two blocks around it, within +-B/2 of the boundary.
    The next segment starts at the first block whose embedded vectors all follow the located
@@ -56,7 +84,7 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.drift_detector import RiverDriftDetector, refuse_text
-from shiftwatch.operators.period import embed_params, progressive_period
+from shiftwatch.operators.period import embed_params, time_scale_rule
 from shiftwatch.operators.shape import kernels as K
 from shiftwatch.records import BadInput
 
@@ -86,8 +114,15 @@ class ShapeDetector(RiverDriftDetector):
     Parameters
     ----------
     threshold
-        Alarm when the self-normalised scan statistic ``Z`` exceeds it (about 1 per split
-        without change). The sensitivity parameter.
+        ``"null"``: alarm when the self-normalised scan statistic ``Z`` exceeds ``c(N)``, the
+        threshold for ``N`` blocks since the last change that gives
+        ``false_alarms_per_100_periods`` under the synthetic null (module docstring, step 5);
+        or a number (default 6.0): a fixed threshold for every ``N`` (``Z`` is about 1 per
+        split without change).
+    false_alarms_per_100_periods
+        The false-alarm rate the ``"null"`` threshold is set for: alarms per 100 periods of a
+        stationary stream, the mean over the table's synthetic families (module docstring,
+        step 5). Unused with a numeric ``threshold``.
     block
         Block length in periods (each block gives one log-covariance feature).
     min_blocks
@@ -98,7 +133,8 @@ class ShapeDetector(RiverDriftDetector):
         Blocks since the last change kept for the scan (bounds memory and time).
     burn_in, burn_in_min, min_acf
         The progressive burn-in of
-        :func:`~shiftwatch.operators.period.progressive_period` (records).
+        :func:`~shiftwatch.operators.period.time_scale_rule` (records; ``min_acf``: the
+        ACF a period needs to be clear).
     period
         ``"auto"`` (the burn-in rule) or a period in records (the burn-in then only learns
         location and scale, over ``burn_in_min`` records).
@@ -135,8 +171,8 @@ class ShapeDetector(RiverDriftDetector):
     >>> alarm, change_at, statistic, _ = det.update_many(y + 0.3 * rng.normal(size=3000))
     >>> [(int(i), int(change_at[i])) for i in np.flatnonzero(alarm)]  # (alarm, located)
     [(1568, 1509)]
-    >>> det.time_scale
-    {'period': 10, 'd': 10, 'tau': 1, 'block': 20}
+    >>> det.time_scale  # the periodogram's dominant period, confirmed by the ACF at 64 records
+    {'period': 10, 'd': 10, 'tau': 1, 'block': 20, 'rule': 'fft', 'at': 64}
 
     References
     ----------
@@ -144,13 +180,16 @@ class ShapeDetector(RiverDriftDetector):
     48(6). Takens, F. (1981). Detecting strange attractors in turbulence (delay embeddings).
     """
 
-    def __init__(self, threshold: float = 6.0, block: float = 2.0, min_blocks: int = 3,
+    def __init__(self, threshold: float | str = 6.0,
+                 false_alarms_per_100_periods: float = 0.2, block: float = 2.0,
+                 min_blocks: int = 3,
                  confirm: int = 1, max_blocks: int = 50, burn_in: int = 384,
                  burn_in_min: int = 64, min_acf: float = 0.3, period: int | str = "auto",
                  span: float = 1.0, dmax: int = 16, channels: str = "joint",
                  feature: str = "cov", shrinkage: float = 0.05, refine: bool = True,
                  p_min: int = 4, min_spread: float = 0.01):
         self.threshold = threshold
+        self.false_alarms_per_100_periods = false_alarms_per_100_periods
         self.block = block
         self.min_blocks = min_blocks
         self.confirm = confirm
@@ -180,8 +219,13 @@ class ShapeDetector(RiverDriftDetector):
         return f"ShapeDetector({', '.join(f'{k}={v!r}' for k, v in self._get_params().items())})"
 
     def _validate_params(self) -> None:
-        if not (_num(self.threshold) and self.threshold > 0):
-            raise ValueError(f"threshold must be a positive number, got {self.threshold!r}")
+        if not (self.threshold == "null" or (_num(self.threshold) and self.threshold > 0)):
+            raise ValueError(f"threshold must be 'null' or a positive number, got "
+                             f"{self.threshold!r}")
+        rate = self.false_alarms_per_100_periods
+        if not (_num(rate) and 0 < rate < 100):
+            raise ValueError(f"false_alarms_per_100_periods must be a number in (0, 100), "
+                             f"got {rate!r}")
         if not (_num(self.block) and self.block > 0):
             raise ValueError(f"block must be a positive number (periods), got {self.block!r}")
         for name, lo in (("min_blocks", 2), ("confirm", 0), ("dmax", 2), ("p_min", 2),
@@ -222,12 +266,16 @@ class ShapeDetector(RiverDriftDetector):
         self._d = 0
         self._tau = 0
         self._B = 0
+        self._rule: str | None = None  # how the period was chosen (time_scale_rule's rule)
+        self._at = 0  # the burn-in length that fixed it
         self._ring = np.zeros((0, 0))
         self._s1 = np.zeros((0, 0))
         self._s2 = np.zeros((0, 0, 0))
         self._feats = np.zeros((0, 0))
         self._ist = np.zeros(7, dtype=np.int64)
-        self._fst = np.zeros(2)
+        self._fst = np.zeros(K.N_FST)
+        self._curve: np.ndarray | None = None  # thresholds by N (derived: not state)
+        self.thresholds = np.zeros(0)
         self._drift_detected = False
         self._change_at: int | None = None
         self._changes: list[int] = []
@@ -239,6 +287,7 @@ class ShapeDetector(RiverDriftDetector):
         st.update(c=self._c, P=self._P, d=self._d, tau=self._tau, B=self._B,
                   drift=self._drift_detected, change_at=self._change_at,
                   changes=list(self._changes))
+        st.update(rule=self._rule, at=self._at)
         return st
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -246,9 +295,14 @@ class ShapeDetector(RiverDriftDetector):
         for k in self._ARRAYS:
             dtype = np.int64 if k == "ist" else np.float64
             setattr(self, "_" + k, np.array(state[k], dtype=dtype))
+        if len(self._fst) < K.N_FST:  # a state from before the null threshold
+            self._fst = np.concatenate([self._fst, np.full(K.N_FST - len(self._fst), np.nan)])
         self._c = None if state["c"] is None else int(state["c"])
         for k in ("P", "d", "tau", "B"):
             setattr(self, "_" + k, int(state[k]))
+        # states from before issue 36 item 2 carry no rule (None: not recorded)
+        self._rule = None if state.get("rule") is None else str(state["rule"])
+        self._at = int(state.get("at", 0))
         self._drift_detected = bool(state["drift"])
         self._change_at = None if state["change_at"] is None else int(state["change_at"])
         self._changes = [int(v) for v in state["changes"]]
@@ -270,10 +324,15 @@ class ShapeDetector(RiverDriftDetector):
 
     @property
     def time_scale(self) -> dict | None:
-        """The chosen period, embedding and block length (None during the burn-in)."""
+        """The chosen period, embedding and block length, and why: ``rule`` (``"fft"``: the
+        periodogram's dominant period confirmed by the ACF; ``"acf"``: a clear first ACF peak;
+        ``"acf-weak"``: a weak one at ``burn_in``; ``"none"``: no period, the short default
+        scale; ``"given"``: the ``period`` parameter) and ``at`` (the burn-in length that
+        fixed it). None during the burn-in."""
         if not self._P:
             return None
-        return {"period": self._P, "d": self._d, "tau": self._tau, "block": self._B}
+        return {"period": self._P, "d": self._d, "tau": self._tau, "block": self._B,
+                "rule": self._rule, "at": self._at}
 
     # ---- burn-in ------------------------------------------------------------------------
 
@@ -283,21 +342,18 @@ class ShapeDetector(RiverDriftDetector):
         if self.period != "auto":
             if n < self.burn_in_min:
                 return False
-            P, used = int(self.period), n
+            P, used, self._rule = int(self.period), n, "given"
         else:
             if n < self.burn_in_min:
                 return False
-            # per channel: its clear period (or, at burn_in, its acf_period); fixed at the
-            # first checkpoint where any channel has one: the median over those channels
-            found = []
-            for ch in range(self._c):
-                r = progressive_period(burn[:, ch], self.burn_in_min, self.burn_in,
-                                       self.p_min, self.min_acf)
-                if r is not None:
-                    found.append(r[0])
-            if not found:
+            # the stated rule of operators/period.py (dominant frequency confirmed by the
+            # ACF, else a clear ACF peak; an edge peak or no period -> the short scale)
+            ts = time_scale_rule(burn, self.burn_in_min, self.burn_in, self.p_min,
+                                 self.min_acf)
+            if ts is None:
                 return False
-            P, used = int(np.median(found)), n
+            P, used, self._rule = int(ts["period"]), n, str(ts["rule"])
+        self._at = int(used)
         b = burn[:used]
         self._loc = b.mean(0)
         sd = b.std(0)
@@ -322,22 +378,41 @@ class ShapeDetector(RiverDriftDetector):
         self._s2 = np.zeros((G, g, g))
         self._feats = np.zeros((self.max_blocks, G * q))
         self._ist = np.array([0, 0, 0, 0, -1, -1, 0], dtype=np.int64)
-        self._fst = np.zeros(2)
+        self._fst = np.zeros(K.N_FST)
+        self._fst[K.LAST_H] = np.nan  # no scan yet
         return True
 
-    def _run(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def threshold_curve(self) -> np.ndarray | None:
+        """The threshold for each window of ``N = 0 .. max_blocks`` blocks (None during the
+        burn-in): ``c(N)`` of the null table for this feature dimension, ``min_blocks`` and
+        ``false_alarms_per_100_periods``, or the fixed ``threshold`` for every ``N``."""
+        if not self._P:
+            return None
+        if self._curve is None:
+            if self.threshold == "null":
+                from shiftwatch.operators.shape.null import threshold_curve
+
+                hazard = self.false_alarms_per_100_periods * self.block / 100.0
+                self._curve = threshold_curve(self._feats.shape[1], self.min_blocks,
+                                              self.max_blocks, min(hazard, 0.5))
+            else:
+                self._curve = np.full(self.max_blocks + 1, float(self.threshold))
+        return self._curve
+
+    def _run(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         z = np.ascontiguousarray((xs - self._loc) / self._scale)
         T = len(z)
         alarm = np.zeros(T, dtype=np.uint8)
         change = np.full(T, -1, dtype=np.int64)
         stat = np.zeros(T)
+        thr = np.zeros(T)
         joint = self.channels == "joint" or self._c == 1
         K.shape_run(z, self._ring, self._s1, self._s2, self._feats, self._ist, self._fst,
                     self._d, self._tau, joint, self._B, self.min_blocks, self.confirm,
-                    float(self.threshold), float(self.shrinkage),
+                    self.threshold_curve(), float(self.shrinkage),
                     1 if self.feature == "gauss" else 0, self.refine, float(self.min_spread),
-                    REFINE_HALF_WIDTH, REFINE_MIN_SIDE, alarm, change, stat)
-        return alarm, change, stat
+                    REFINE_HALF_WIDTH, REFINE_MIN_SIDE, alarm, change, stat, thr)
+        return alarm, change, stat, thr
 
     # ---- updates ------------------------------------------------------------------------
 
@@ -354,7 +429,9 @@ class ShapeDetector(RiverDriftDetector):
     def update_many(self, xs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
         """Take the rows of ``xs`` (T,) or (T, c): returns (alarm, change_at, statistic,
         extra) per row, with ``change_at`` -1 where there is no alarm; ``extra[i]`` lists all
-        changes found at row i when the burn-in replay found more than one (else empty)."""
+        changes found at row i when the burn-in replay found more than one (else empty).
+        ``self.thresholds`` then holds, per row, the threshold the row's ``statistic`` was
+        compared with (NaN before the first scan)."""
         arr = self._as_rows(xs)
         T = len(arr)
         if self._c is None and T:
@@ -363,6 +440,7 @@ class ShapeDetector(RiverDriftDetector):
         alarm = np.zeros(T, dtype=np.uint8)
         change = np.full(T, -1, dtype=np.int64)
         stat = np.zeros(T)
+        thr = np.full(T, np.nan)
         extra: list[list[int]] = [[] for _ in range(T)]
         i = 0
         if not self._P:
@@ -373,7 +451,7 @@ class ShapeDetector(RiverDriftDetector):
                 self._burn = np.vstack([self._burn, arr[i:i + take]])
                 i += take
                 if len(self._burn) >= cp and self._try_fix_period():
-                    a, ch, st = self._run(self._burn)
+                    a, ch, st, th = self._run(self._burn)
                     found = [int(v) for v in ch[a == 1]]
                     if found:
                         alarm[i - 1] = 1
@@ -382,10 +460,12 @@ class ShapeDetector(RiverDriftDetector):
                             extra[i - 1] = found
                     # an alarm carries the Z that crossed (see kernels.shape_run)
                     stat[i - 1] = st[a == 1][-1] if found else st[-1]
+                    thr[i - 1] = th[a == 1][-1] if found else th[-1]
                     self._burn = np.zeros((0, self._c))
         if i < T and self._P:
-            a, ch, st = self._run(arr[i:])
-            alarm[i:], change[i:], stat[i:] = a, ch, st
+            a, ch, st, th = self._run(arr[i:])
+            alarm[i:], change[i:], stat[i:], thr[i:] = a, ch, st, th
+        self.thresholds = thr
         if T:
             self._drift_detected = bool(alarm[-1])
             self._change_at = int(change[-1]) if alarm[-1] else None

@@ -13,7 +13,8 @@ Layout of the state (see
   group (one group = all coordinates, or one group per channel);
 * ``feats`` (max_blocks, q): the features of the blocks since the last change (oldest first);
 * ``ist`` (int64): [pos, bcount, nf, fblock0, t0, cur_split, nblocks];
-* ``fst`` (float64): [cur_z, last_z].
+* ``fst`` (float64): [cur_z, last_z, cur_h, last_h]: the Z of the crossing awaiting
+  confirmation and of the last scan, and the thresholds they were compared with.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from numba import njit
 
 # indices into ist / fst
 POS, BCOUNT, NF, FBLOCK0, T0, CUR_SPLIT, NBLOCKS = range(7)
-CUR_Z, LAST_Z = range(2)
+CUR_Z, LAST_Z, CUR_H, LAST_H = range(4)
+N_FST = 4
 
 
 @njit(cache=True)
@@ -218,12 +220,15 @@ def refine_split(ring, R, lo, hi, d, tau, joint, G, g, shrink, m):
 
 
 @njit(cache=True)
-def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h, shrink,
-              gauss, refine, min_spread, ref_half, ref_min, alarm_out, change_out, stat_out):
+def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, hcurve, shrink,
+              gauss, refine, min_spread, ref_half, ref_min, alarm_out, change_out, stat_out,
+              thr_out):
     """Advance the detector over the rows of ``xs`` (T, c), already standardised.
 
-    Writes, per row, alarm (0/1), change_at (-1 if none) and the last scan statistic Z (at an
-    alarm, the Z of the crossing it reports: above ``h`` even when later scans fell back).
+    ``hcurve[N]`` is the threshold of a scan over ``N`` blocks (``len(hcurve) > maxb``).
+    Writes, per row, alarm (0/1), change_at (-1 if none), the last scan statistic Z (at an
+    alarm, the Z of the crossing it reports: above its threshold even when later scans fell
+    back) and the threshold that Z was compared with (``thr_out``).
     ``ref_half`` / ``ref_min``: reach of the record-level refinement around the chosen block
     boundary and the least side, in blocks."""
     R = ring.shape[0]
@@ -264,12 +269,15 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                 ist[BCOUNT] = 0
                 if ist[NF] >= 2 * m:
                     k, z = zscan(feats, ist[NF], m, min_spread)
+                    h = hcurve[ist[NF]]
                     fst[LAST_Z] = z
+                    fst[LAST_H] = h
                     if z > h:
                         if ist[T0] < 0:
                             ist[T0] = ist[NBLOCKS]
                         ist[CUR_SPLIT] = ist[FBLOCK0] + k
                         fst[CUR_Z] = z
+                        fst[CUR_H] = h
                     if ist[T0] >= 0 and ist[NBLOCKS] - ist[T0] >= confirm:
                         split = ist[CUR_SPLIT]
                         at = off + split * B
@@ -300,4 +308,5 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
         # an alarm reports the Z that crossed the threshold (the crossing whose split it
         # located), decided up to ``confirm`` blocks later; other rows the last scan's Z
         stat_out[t] = fst[CUR_Z] if alarm_out[t] else fst[LAST_Z]
+        thr_out[t] = fst[CUR_H] if alarm_out[t] else fst[LAST_H]
         ist[POS] = p + 1

@@ -25,7 +25,9 @@ class ShapeOperator(Operator):
     """Shape-change detection: alarms when the shape, period or correlation of a stream changes.
 
     Outputs carry ``alarm``, ``statistic`` (the last scan Z; at an alarm, the Z that crossed
-    ``threshold``, decided up to ``confirm`` blocks after the crossing) and ``threshold``; an
+    ``threshold``, decided up to ``confirm`` blocks after the crossing) and ``threshold`` (the
+    one that Z was compared with: with ``threshold="null"`` it depends on the blocks since the
+    last change, None before the first scan); an
     alarm carries ``change_at`` (position of the first changed record in the key's stream, the
     operator's count of accepted records) and ``change_ts`` when the record at that position
     had a numeric ``ts`` and is among the last ``TS_MEMORY`` records. Parameters are those of
@@ -113,9 +115,11 @@ class ShapeOperator(Operator):
                     t = np.nan
             self._ts[(self._count + i) % L] = t if np.isfinite(t) else np.nan
         alarm, change, stat, extra = self._detector.update_many(xs)
-        h = float(self.threshold)
+        thr = self._detector.thresholds
+        fixed = None if self.threshold == "null" else float(self.threshold)
         end = self._count + len(run)
         for i, (rec, _) in enumerate(run):
+            h = fixed if fixed is not None or not np.isfinite(thr[i]) else float(thr[i])
             o = self._output(rec, alarm=bool(alarm[i]), statistic=float(stat[i]), threshold=h)
             if alarm[i]:
                 at = int(change[i])
