@@ -94,9 +94,11 @@ class KeyViews:
         rows = fleet.output_rows(k)
         pos = fleet.out_pos[rows]
         ok = pos >= 0
-        rows, pos = rows[ok], pos[ok]
-        order = np.argsort(pos, kind="stable")
-        rows, pos = rows[order], pos[order]
+        if not ok.all():
+            rows, pos = rows[ok], pos[ok]
+        if len(pos) > 1 and not bool(np.all(pos[1:] >= pos[:-1])):  # else sorted already
+            order = np.argsort(pos, kind="stable")
+            rows, pos = rows[order], pos[order]
         fields = {}
         for f, col in fleet.stats.items():
             v = col[rows]
@@ -141,6 +143,26 @@ class KeyViews:
             main = learner.get("y_pred") or {}
             view["accuracy"] = main.get("accuracy")
         return view
+
+    @property
+    def _plot_data(self) -> dict:
+        """The plot data of the keys the PNGs draw, built on first use (a run without plots
+        never builds it): see :meth:`_defer_panels`."""
+        pending = self.__dict__.get("_plot_pending")
+        if pending is not None:
+            self.__dict__["_plot_pending"] = None
+            self.__dict__["_plot_built"] = self._panels(*pending)
+        return self.__dict__.get("_plot_built", {})
+
+    @_plot_data.setter
+    def _plot_data(self, data: dict) -> None:
+        self.__dict__["_plot_pending"] = None
+        self.__dict__["_plot_built"] = data
+
+    def _defer_panels(self, fleet: Fleet, order: np.ndarray) -> None:
+        """Make ``_plot_data`` the panels of ``fleet``'s keys in ``order`` when first read."""
+        self.__dict__["_plot_built"] = {}
+        self.__dict__["_plot_pending"] = (fleet, order)
 
     def _panels(self, fleet: Fleet, order: np.ndarray) -> dict:
         """The plot data of the keys the PNGs draw: alarmed keys first, then the others."""

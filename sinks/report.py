@@ -175,7 +175,7 @@ class ReportBuilder:
         report["dead_letters"] = {"count": self._dead_count,
                                   "by_reason": dict(self._dead_reasons.most_common()),
                                   "first": list(self._dead_first)}
-        self._plot_data = self._panels(fleet, order)
+        self._defer_panels(fleet, order)  # built only if the plots are drawn
         return report
 
     def _score(self, memo: dict, pool: DetectorPool, ann: Any, alarms: list,

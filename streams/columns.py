@@ -43,28 +43,43 @@ __all__ = ["ColumnChunk", "columns_eligible", "csv_columns"]
 
 #: Characters of text read at a time.
 CHUNK_CHARS = 1 << 16
-#: The characters of numbers (a column's cells joined by newlines).
-_CHARS = re.compile(r"[0-9.eE+\n-]*").fullmatch
+#: The characters of numbers, and of whole numbers (bytes a column's cells joined by
+#: newlines may hold).
+_NUMBER_BYTES = b"0123456789.eE+-\n"
+_DIGIT_BYTES = b"0123456789\n"
 #: What ``float`` reads but a short number of the record path's grammar is not
 #: (``files._SHORT_NUMBER``), in a column's cells joined by newlines (with a newline before
 #: the first and after the last): a leading zero before a digit or no digit before the point
 #: (``_LEAD``), no digit after the point (``.`` before ``e``, ``E`` or a newline), an
-#: exponent of 10 digits (``_LONG_EXP``). (Cells of 100 characters or more are checked one by
-#: one.) A column of cells within ``_CHARS`` that ``float`` reads, with none of these, is a
-#: column of short numbers.
+#: exponent of 10 digits (``_LONG_EXP``). (Cells of 100 characters or more are checked one
+#: by one.) A column of cells of ``_NUMBER_BYTES`` that ``float`` reads, with none of these,
+#: is a column of short numbers.
 _LEAD = re.compile(r"\n[+-]?(?:0[0-9]|\.)").search
 _LONG_EXP = re.compile(r"[eE][+-]?[0-9]{10}").search
 
 
-def _short_column(col: list[str]) -> bool:
-    """Whether every cell of ``col`` that ``float`` reads is a short number (see above)."""
+def _short_column(col: list[str]) -> tuple[str, bool] | None:
+    """The cells of ``col`` joined by newlines if every cell that ``float`` reads is a short
+    number (see above), else None; and whether all are whole numbers of 1 to 18 digits
+    (exact in int64; as float64 the double nearest them, what ``float`` of the text gives)."""
     joined = "\n".join(col)
-    if _CHARS(joined) is None or max(map(len, col)) >= 100:
-        return False
+    if not joined.isascii():
+        return None
+    raw = joined.encode("ascii")
+    if raw.translate(None, _NUMBER_BYTES):
+        return None
+    # the cells' lengths, from the newlines' positions
+    ends = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 10)
+    sizes = np.diff(ends, prepend=-1, append=len(raw)) - 1
+    shortest, longest = int(sizes.min()), int(sizes.max())
+    if longest >= 100:
+        return None
     s = f"\n{joined}\n"
     if _LEAD(s) or ".\n" in s or ".e" in s or ".E" in s:
-        return False
-    return not (("e" in s or "E" in s) and _LONG_EXP(s))
+        return None
+    if ("e" in s or "E" in s) and _LONG_EXP(s):
+        return None
+    return joined, shortest >= 1 and longest <= 18 and not raw.translate(None, _DIGIT_BYTES)
 
 
 class ColumnChunk:
@@ -252,11 +267,18 @@ def _numbers(col: list, ok: np.ndarray) -> np.ndarray:
     if m == 0:
         return np.empty(0)
     out = None
-    if _short_column(col):
-        try:
-            out = np.fromiter(map(float, col), dtype=np.float64, count=m)
-        except ValueError:
-            out = None
+    short = _short_column(col)
+    if short is not None:
+        joined, whole_numbers = short
+        if whole_numbers:  # e.g. a ts column of counts: parsed in C
+            whole = np.fromstring(joined, dtype=np.int64, sep="\n")
+            if whole.shape[0] == m:
+                out = whole.astype(np.float64)
+        if out is None:
+            try:
+                out = np.fromiter(map(float, col), dtype=np.float64, count=m)
+            except ValueError:
+                out = None
     if out is None:  # some cell is not a plain short number: cell by cell
         out = np.zeros(m)
         for i, c in enumerate(col):

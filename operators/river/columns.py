@@ -17,6 +17,7 @@ the same order); the other detectors through ``update``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import indexOf
 from typing import Any
 
 import numpy as np
@@ -108,17 +109,19 @@ def _run_segment(op: RiverDetector, template: RiverDetector, rows: np.ndarray,
     """Values ``xs`` of rows ``rows`` (one key, in order) through the key's running scalar
     detector: statistics, alarms, the locate window and the alarms' outputs."""
     det = op._detector
-    xl = xs.tolist()
-    m = len(xl)
+    m = xs.shape[0]
     warning = warn is not None
     adwin = _adwin_class()
     if adwin is not None and type(det) is adwin and type(op)._statistic is _statistic_adwin:
-        st, hits = _run_adwin(det, xl)
+        st, hits = _run_adwin(det, xs)
+        stat[rows] = st
+        adwin_run = True
     else:
-        st, hits, wl = _run_generic(op, det, xl, warning)
+        st, hits, wl = _run_generic(op, det, xs.tolist(), warning)
+        adwin_run = False
         if warning:
             warn[rows] = wl
-    stat[rows] = np.array(st, dtype=np.float64)
+        stat[rows] = np.array(st, dtype=np.float64)
     window = op._window
     done = 0
     for h in hits:
@@ -128,7 +131,8 @@ def _run_segment(op: RiverDetector, template: RiverDetector, rows: np.ndarray,
             window.push_many(xs[done:h + 1],
                              None if ts is None else ts[rows[done:h + 1]].tolist())
             done = h + 1
-        o = template._output(record(i), alarm=True, statistic=st[h])
+        o = template._output(record(i), alarm=True,
+                              statistic=float(st[h]) if adwin_run else st[h])
         if warning:
             o["warning"] = bool(warn[i])
         if window is not None:
@@ -138,25 +142,41 @@ def _run_segment(op: RiverDetector, template: RiverDetector, rows: np.ndarray,
         window.push_many(xs[done:], None if ts is None else ts[rows[done:]].tolist())
 
 
-def _run_adwin(det: Any, xs: list[float]) -> tuple[list, list[int]]:
+def _run_adwin(det: Any, xs: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """River's ``ADWIN.update`` and ``float(ADWIN.estimation)`` for each of ``xs``, through
-    its compiled window (what those two do, step for step)."""
-    helper = det._helper
-    update, width, total = helper.update, helper.get_width, helper.get_total
+    its compiled window (what those two do, step for step).
+
+    ``update`` runs in C (``operator.indexOf`` over ``map``) up to each drift. Between two
+    drifts ADWIN only adds to its window (it drops old values only when it reports a drift),
+    so its total is the running sum of the values added (``np.cumsum``: the same additions
+    in the same order) and its width counts them; the estimation after a drift is read from
+    the window itself.
+    """
+    n = xs.shape[0]
+    stats = np.empty(n)
+    hits: list[int] = []
+    it = iter(xs.tolist())
     drift = det._drift_detected
-    stats: list[float] = []
-    keep = stats.append
-    hits = []
-    for x in xs:
+    i = 0
+    while i < n:
         if drift:  # ADWIN.update starts afresh after a drift
             det._reset()
-            helper = det._helper
-            update, width, total = helper.update, helper.get_width, helper.get_total
-        drift = update(x)
-        w = width()
-        keep(total() / w if w else 0.0)
+        helper = det._helper
+        width, total = helper.get_width(), helper.get_total()
+        try:
+            j = i + indexOf(map(helper.update, it), True)  # the next drift
+            drift = True
+        except ValueError:  # no drift in the rest: all of it went through update
+            j, drift = n, False
+        if j > i:  # rows i .. j - 1 only added to the window
+            run = np.cumsum(np.concatenate(([total], xs[i:j])))[1:]
+            stats[i:j] = run / (width + np.arange(1, j - i + 1, dtype=np.float64))
         if drift:
-            hits.append(len(stats) - 1)
+            w = helper.get_width()
+            stats[j] = helper.get_total() / w if w else 0.0
+            hits.append(j)
+            j += 1
+        i = j
     det._drift_detected = drift
     return stats, hits
 
