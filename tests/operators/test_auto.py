@@ -36,7 +36,7 @@ def test_routes_follow_shape_s_own_time_scale_rule():
              "second channel periodic": np.c_[rng.normal(size=400), np.sin(2 * np.pi * t / 9)]}
     routes = {}
     for name, y in cases.items():
-        outs = create("auto").process_batch(records(y))
+        outs = create("auto", multichannel="period").process_batch(records(y))
         routes[name] = outs[-1]["route"]
         shape = create("shape")
         shape.process_batch(records(y))
@@ -83,9 +83,9 @@ def test_multichannel_level_routes_every_vector_key_to_the_level_detector():
     rng = np.random.default_rng(4)
     y = np.c_[np.sin(2 * np.pi * t / 12), rng.normal(size=1200)]
     y[600:, 1] += 3.0
-    by_period = create("auto").process_batch(records(y))
+    by_period = create("auto", multichannel="period").process_batch(records(y))
     assert by_period[-1]["route"] == "shape"
-    level = create("auto", multichannel="level").process_batch(records(y))
+    level = create("auto").process_batch(records(y))  # the default
     assert {o["route"] for o in level} == {"level"}
     assert any(abs(c - 600) <= 10 for _, c in alarms(level))
 
