@@ -68,6 +68,7 @@ _LAZY = {
     "DelayEmbed": ".embed",
     "ShapeDetector": ".shape.detector",
     "ShapeOperator": ".shape.operator",
+    "AutoDetect": ".auto",
 }
 
 __all__ = list(_LAZY)
