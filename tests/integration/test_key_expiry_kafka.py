@@ -222,18 +222,29 @@ def test_restart_of_one_record_keys_costs_no_more_memory_than_live(
     """20,000 one-record ``cs`` keys: the restart (lazy, no new record) peaks no higher than
     the run that made them, with ``checkpoint.compress`` on (the default); with it off the
     numbers are reported (``-s`` or the junit properties), not held to that."""
-    name = unique()
     records = [{"sensor": f"k{i}", "ts": float(i), "temp": float(i % 7) * 0.1}
                for i in range(MEMORY_KEYS)]
-    stage = {"name": "detect", "input": f"{name}.raw", "output": f"{name}.out",
-             "key": "sensor", "value": "temp", "operator": "cs",
-             "consumer": group_timing(real_kafka), "checkpoint": {"compress": compress}}
-    path = write_pipeline(tmp_path / "p.yaml", name, kafka_bootstrap, [stage],
-                          topics={"create": True, "partitions": 2})
-    create_topics(kafka_bootstrap, 2, f"{name}.raw")
-    produce(kafka_bootstrap, f"{name}.raw", records)
-    live, _ = peak_run(path, tmp_path / "live.log")
-    msgs = read_topic(kafka_bootstrap, f"{name}.detect.changelog", quiet=0.5)
+    # A live run whose member the group dropped under load (a loaded CI machine: "partitions
+    # lost ... not checkpointed") rightly does not checkpoint what it lost, so it is no
+    # measure of a run that holds all the keys: such a run is made again on new topics.
+    for attempt in range(3):
+        name = unique()
+        stage = {"name": "detect", "input": f"{name}.raw", "output": f"{name}.out",
+                 "key": "sensor", "value": "temp", "operator": "cs",
+                 "consumer": group_timing(real_kafka), "checkpoint": {"compress": compress}}
+        path = write_pipeline(tmp_path / f"p{attempt}.yaml", name, kafka_bootstrap, [stage],
+                              topics={"create": True, "partitions": 2})
+        create_topics(kafka_bootstrap, 2, f"{name}.raw")
+        produce(kafka_bootstrap, f"{name}.raw", records)
+        live, live_text = peak_run(path, tmp_path / f"live{attempt}.log")
+        msgs = read_topic(kafka_bootstrap, f"{name}.detect.changelog", quiet=0.5)
+        pairs = [(m.key, m.value) for m in msgs]
+        held = sum(len(r.states[0]) for r in (restore_changelog(pairs, f"{name}.raw", p)
+                                              for p in (0, 1)) if r is not None)
+        if held == MEMORY_KEYS:
+            break
+    record_property("live_attempts", attempt + 1)
+    assert held == MEMORY_KEYS, f"live runs checkpointed {held} keys: {live_text[-2000:]}"
     # the compacted view (the newest message per changelog key): a member that checkpoints
     # again after a rebalance under load writes a group a second time, and the topic's raw
     # bytes would count that state twice (CI once saw 860 B/key that way)
