@@ -35,7 +35,7 @@ import numpy as np
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.period import checkpoints, time_scale_rule
 from shiftwatch.operators.registry import create, register
-from shiftwatch.records import BadInput, as_array, get_field
+from shiftwatch.records import BadInput, as_array, get_field, numeric_ts
 
 __all__ = ["AutoDetect", "CLEAR_RULES"]
 
@@ -295,13 +295,8 @@ class AutoDetect(Operator):
             self._c = int(x.size)
             self._buf = np.zeros((0, self._c))
         level_out = self._run_level(rec)
-        ts = record.get("ts")
-        t = np.nan
-        if isinstance(ts, (int, float)) and not isinstance(ts, bool):
-            try:  # an integer too large for a float (10**300 and up) is no time
-                t = float(ts)
-            except OverflowError:
-                t = np.nan
+        t = numeric_ts(record)
+        t = np.nan if t is None else t
         self._buf = np.vstack([self._buf, x[None, :]])
         self._bts = np.append(self._bts, t if np.isfinite(t) else np.nan)
         n = len(self._buf)
