@@ -204,7 +204,7 @@ key's latest ts, got ts 80, 20 s before 100
         if ring:  # oldest first, so a smaller window keeps the newest
             ring = ring[self._next:] + ring[:self._next]
         n = self.drop_duplicates
-        self._recent = ring[len(ring) - n:] if n else []
+        self._recent = ring[max(0, len(ring) - n):] if n else []
         self._next = 0
         if self._latest is not None:
             self._latest = float(self._latest)

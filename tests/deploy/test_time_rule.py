@@ -140,6 +140,18 @@ def test_state_round_trips_through_the_changelog_codec_and_a_smaller_window_keep
     assert off._recent == [] and off._index == {}
 
 
+def test_a_ring_not_yet_full_keeps_every_fingerprint_through_a_restart():
+    # found by the hostile-input property test: three remembered records in a window of four
+    # came back as one (a negative slice), so a re-sent record became a late dead letter
+    rule = TimeRule(allowed_lateness_seconds=0.0, drop_duplicates=4)
+    for t in (100.0, 101.0, 102.0):
+        rule.process(_r(t))
+    again = TimeRule(allowed_lateness_seconds=0.0, drop_duplicates=4)
+    again.load_state_dict(loads_state(dumps_state(rule.state_dict())))
+    assert again._recent == rule._recent
+    assert again.process(_r(100.0)) == []  # a duplicate, not a late record
+
+
 def test_settings_and_where_the_rule_goes():
     assert rule_operator(None) is None and rule_operator(check_time(None)) is None
     assert rule_params(check_time(None)) == []
