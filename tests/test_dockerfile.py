@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -99,12 +101,21 @@ def reproduce(tmp: Path) -> dict:
     stages: dict[str, Stage] = {}
     current: Stage | None = None
     env_dir = tmp / "venv"
-    cmd = entrypoint = None
+    cmd = entrypoint = user = None
+    env: dict[str, str] = {}
+    chowns: list[tuple[int, Path]] = []
     for word, args in instructions(DOCKERFILE.read_text()):
         if word == "FROM":
             m = re.match(r"\S+(?:\s+AS\s+(\S+))?", args, re.I)
             current = Stage(tmp / f"stage{len(stages)}")
             stages[m.group(1) or str(len(stages))] = current
+            env, user = {}, None
+        elif word == "ENV":  # KEY=VALUE ...; an absolute path is mapped into the stage
+            for item in shlex.split(args):
+                k, _, v = item.partition("=")
+                env[k] = str(current.path(v)) if v.startswith("/") else v
+        elif word == "USER":
+            user = int(args)
         elif word == "WORKDIR":
             current.workdir = args
             current.path(".").mkdir(parents=True, exist_ok=True)
@@ -122,6 +133,13 @@ def reproduce(tmp: Path) -> dict:
         elif word == "RUN":
             for command in args.split("&&"):
                 argv = shlex.split(command)
+                if argv[:2] == ["mkdir", "-p"]:
+                    for d in argv[2:]:
+                        current.path(d).mkdir(parents=True, exist_ok=True)
+                    continue
+                if argv and argv[0] == "chown":  # done as the image's user, when we can
+                    chowns += [(int(argv[1]), current.path(d)) for d in argv[2:]]
+                    continue
                 if not argv or argv[0] != "pip":
                     continue  # useradd, rm: nothing the install depends on
                 argv = [str(current.path(a)) if a.startswith("/") else a for a in argv]
@@ -144,19 +162,49 @@ def reproduce(tmp: Path) -> dict:
                                 "sysconfig.get_paths()['purelib'])"], check=True,
                                capture_output=True, text=True).stdout.strip())
     return {"context": context, "final": current, "venv": env_dir, "python": python,
-            "site": site, "cmd": cmd, "entrypoint": entrypoint}
+            "site": site, "cmd": cmd, "entrypoint": entrypoint, "env": env, "user": user,
+            "chowns": chowns}
 
 
-def test_the_dockerfile_install_holds_every_module_and_runs_every_operator(tmp_path):
-    got = reproduce(tmp_path)
+def as_the_image_user(got: dict, tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """Run as the final stage's USER (by ``setpriv``, when the tests run as root, as CI does)
+    with its ENV and a HOME that does not exist (``useradd --no-create-home``); otherwise as
+    the current user with that ENV and HOME."""
+    env = {**os.environ, **got["env"], "HOME": str(tmp / "no-home")}
+    if got["user"] is None or os.geteuid() != 0 or not shutil.which("setpriv"):
+        return [], env
+    for uid, path in got["chowns"]:
+        os.chown(path, uid, -1)
+    u = got["user"]
+    return ["setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups"], env
+
+
+def test_the_dockerfile_install_holds_every_module_and_runs_every_operator():
+    # pytest's tmp_path is its owner's alone (0700); the image's user must reach the install
+    tmp = Path(tempfile.mkdtemp(prefix="shiftwatch-image-"))
+    try:
+        tmp.chmod(0o755)
+        _install_and_run(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _install_and_run(tmp: Path) -> None:
+    got = reproduce(tmp)
     site = got["site"]
     installed = {p.relative_to(site).as_posix() for p in (site / "shiftwatch").rglob("*.py")}
     missing = sorted(source_modules() - installed)
     assert not missing, f"the image's install lacks {missing}"
-    cwd = tmp_path / "elsewhere"
+    # the image runs as its USER, who can write neither root's site-packages nor a home,
+    # where Numba caches the kernels by default (it then refuses to import them)
+    assert got["user"] is not None
+    who = as_the_image_user(got, tmp)
+    cwd = tmp / "elsewhere"
     cwd.mkdir()
-    check_installed_operators(got["python"], got["venv"], cwd)
-    report = run_example_pipeline_operators(got["venv"], site, cwd / "run")
+    if who[0]:
+        os.chown(cwd, got["user"], -1)
+    check_installed_operators(got["python"], got["venv"], cwd, who)
+    report = run_example_pipeline_operators(got["venv"], site, cwd / "run", who)
     assert report["summary"]["records"] > 0
     # the default command names a pipeline file the image holds
     assert got["entrypoint"] == ["shiftwatch"]

@@ -98,17 +98,26 @@ print(json.dumps(out))
 LEARNERS = {"hare-tortoise", "cila"}
 
 
-def run_every_operator(python: Path, cwd: Path, block_torch: bool) -> dict:
-    out = subprocess.run([str(python), "-c", CREATE_EVERY_OPERATOR,
-                          "block-torch" if block_torch else "torch"],
-                         capture_output=True, text=True, cwd=cwd, timeout=600)
+#: How to run a command as the image's user: (argv prefix, environment); None runs it as is.
+RunAs = tuple[list[str], dict[str, str]] | None
+
+
+def run_as(argv: list[str], who: RunAs, **kw) -> subprocess.CompletedProcess:
+    prefix, env = who if who else ([], None)
+    return subprocess.run([*prefix, *argv], env=env, **kw)
+
+
+def run_every_operator(python: Path, cwd: Path, block_torch: bool, who: RunAs = None) -> dict:
+    out = run_as([str(python), "-c", CREATE_EVERY_OPERATOR,
+                  "block-torch" if block_torch else "torch"], who,
+                 capture_output=True, text=True, cwd=cwd, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def check_installed_operators(python: Path, env_dir: Path, cwd: Path) -> None:
+def check_installed_operators(python: Path, env_dir: Path, cwd: Path, who: RunAs = None) -> None:
     """Every operator created and run from the installed package (not from the source)."""
-    got = run_every_operator(python, cwd, block_torch=False)
+    got = run_every_operator(python, cwd, block_torch=False, who=who)
     from shiftwatch.operators import registered_names
 
     assert set(got) == set(registered_names())
@@ -117,7 +126,7 @@ def check_installed_operators(python: Path, env_dir: Path, cwd: Path) -> None:
         # from the installed package, not from the source tree
         assert r["module"].startswith("shiftwatch."), r
     assert sum(r["outputs"] > 0 for r in got.values()) >= len(got) - 1  # embed may burn in
-    blocked = run_every_operator(python, cwd, block_torch=True)
+    blocked = run_every_operator(python, cwd, block_torch=True, who=who)
     for name, r in blocked.items():
         if name in LEARNERS:
             assert not r["ok"] and "needs PyTorch" in r["error"] and \
@@ -126,18 +135,19 @@ def check_installed_operators(python: Path, env_dir: Path, cwd: Path) -> None:
             assert r["ok"], f"{name} needs torch: {r}"
 
 
-def run_example_pipeline_operators(env_dir: Path, site: Path, out_dir: Path) -> dict:
+def run_example_pipeline_operators(env_dir: Path, site: Path, out_dir: Path,
+                                   who: RunAs = None) -> dict:
     """The example pipeline's two operators (standardize -> river:ADWIN) replayed by the
     installed console script over the example CSV the wheel ships."""
     shiftwatch = env_dir / "bin" / "shiftwatch"
     examples = site / "shiftwatch" / "deploy" / "examples"
-    r = subprocess.run([str(shiftwatch), "replay", str(examples / "sensors.csv"),
-                        "--source-opt", "key=sensor", "--source-opt", "value=temp",
-                        "--source-opt", "ts=ts", "--operator", "standardize",
-                        "--param", "burn_in=30", "--operator", "river:ADWIN",
-                        "--param", "delta=0.002", "--out", str(out_dir), "--no-plots",
-                        "--no-progress", "--quiet"],
-                       capture_output=True, text=True, cwd=out_dir.parent, timeout=600)
+    r = run_as([str(shiftwatch), "replay", str(examples / "sensors.csv"),
+                "--source-opt", "key=sensor", "--source-opt", "value=temp",
+                "--source-opt", "ts=ts", "--operator", "standardize",
+                "--param", "burn_in=30", "--operator", "river:ADWIN",
+                "--param", "delta=0.002", "--out", str(out_dir), "--no-plots",
+                "--no-progress", "--quiet"], who,
+               capture_output=True, text=True, cwd=out_dir.parent, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((out_dir / "report.json").read_text())
 
