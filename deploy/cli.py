@@ -519,7 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default 0.0.0.0 so that probes reach a container; 127.0.0.1 for this "
                         "machine only)")
     k.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
-                   help="stop (checkpointing first) after SECONDS without input")
+                   help="stop (checkpointing first) after SECONDS without input (a "
+                        "stage fed by another of this run: after it stopped too)")
     k.add_argument("--reset-state", metavar="PARTITIONS",
                    help="drop the changelog state of these input partitions (0,2 or all) "
                         "when assigned and start them afresh from the group's committed "

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Iterable
+from functools import partial
 
 from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.kafka.stage import StageRunner
@@ -86,6 +88,12 @@ def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threadi
     for r in runners:  # topics are checked before any stage consumes
         r.prepare()
     errors: list[BaseException] = []
+    #: stage name -> when its thread ended (monotonic); absent while it runs
+    ended: dict[str, float] = {}
+    for r in runners:  # a chained stage is not idle while a stage feeding it here still runs
+        feeders = [u.stage.name for u in runners if u is not r and u.stage.output == r.stage.input]
+        if feeders:
+            r.upstream_active = partial(_last_active, feeders, ended)
 
     def target(r: StageRunner) -> None:
         try:
@@ -94,6 +102,8 @@ def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threadi
             errors.append(exc)
             log.error("stage %s failed: %s: %s", r.stage.name, type(exc).__name__, exc)
             stop.set()
+        finally:
+            ended[r.stage.name] = time.monotonic()
 
     threads = [threading.Thread(target=target, args=(r,), name=f"stage-{r.stage.name}")
                for r in runners]
@@ -106,3 +116,9 @@ def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threadi
     if user:
         raise user[0]
     return 1 if errors else 0
+
+
+def _last_active(names: list[str], ended: dict[str, float]) -> float:
+    """When the latest of the stages ``names`` was last running: now while one runs."""
+    now = time.monotonic()
+    return max(ended.get(n, now) for n in names)

@@ -55,7 +55,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,10 @@ class StageRunner(ClusterSession, PartitionAssignment):
         self.stage = stage
         self.stop = stop or threading.Event()
         self.idle_exit_s = idle_exit_s
+        #: when a stage upstream of this one in the same process was last running (monotonic
+        #: seconds; set by run_pipeline): idle time counts from it too, so a downstream stage
+        #: does not exit while its input is still being made
+        self.upstream_active: Callable[[], float] = lambda: float("-inf")
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = metrics
         self.client = dict(config.kafka)
@@ -269,7 +273,8 @@ class StageRunner(ClusterSession, PartitionAssignment):
                     last_metrics = now
                 if not self._tasks:
                     last_input = now  # idle time counts from the first assignment
-                elif self.idle_exit_s is not None and now - last_input > self.idle_exit_s:
+                elif (self.idle_exit_s is not None
+                      and now - max(last_input, self.upstream_active()) > self.idle_exit_s):
                     break
         except BaseException as exc:
             # Stop without checkpointing: the batch at hand may be partly processed and
