@@ -15,10 +15,11 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from shiftwatch._jit import njit
 from shiftwatch.operators.confseq.detector import N_LAMBDAS
 from shiftwatch.operators.confseq.kernels import (
     B_EFFECTIVE,

@@ -32,9 +32,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import carray, njit, types
+from numba import carray, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from shiftwatch._jit import njit
 
 __all__ = ["cs_hull_run", "cs_betting_run", "cs_hull_step", "cs_betting_step", "hull_argmax_slope",
            "hull_walk_argmax", "hull_tangents_walk", "long_run_burn_step", "long_run_variance",

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from shiftwatch._jit import njit
 from shiftwatch.operators.drift_detector import RiverDriftDetector, refuse_text
 from shiftwatch.operators.locate import ValueWindow, mean_change_split
 from shiftwatch.operators.riemannian.base import Manifold

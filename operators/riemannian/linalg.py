@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from shiftwatch._jit import njit
 
 # --------------------------------------------------------------------------------------
 # Symmetric matrix functions (one eigendecomposition each)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
+from shiftwatch._jit import njit
 from shiftwatch.operators.riemannian.base import Manifold, as_f64, check_int
 from shiftwatch.records import BadInput, as_array
 

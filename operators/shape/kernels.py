@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from shiftwatch._jit import njit
 
 # indices into ist / fst
 POS, BCOUNT, NF, FBLOCK0, T0, CUR_SPLIT, NBLOCKS = range(7)
