@@ -4,9 +4,21 @@
 (:func:`columnar_run`): a CSV source read in columns (:mod:`shiftwatch.streams.columns`), one
 keyed operator with a column kernel (``cs`` as a fleet:
 :mod:`shiftwatch.operators.confseq.columns`; a non-binary ``river:NAME``:
-:mod:`shiftwatch.operators.river.columns`), no pacing, no metrics server, no key expiry, no
-rule for time and duplicates. Everything else takes the record path, and so does a run with
-``SHIFTWATCH_RECORD_PATH=1`` in the environment (or ``Pipeline(columnar=False)``).
+:mod:`shiftwatch.operators.river.columns`) or the chain ``standardize -> river:NAME``
+(:mod:`shiftwatch.operators.river.chain_columns`: a keyed ``standardize`` reading ``value``
+that emits its burn-in, any ``burn_in`` and ``min_std``, then a keyed non-binary River
+detector), no pacing, no metrics server, no key expiry, no rule for time and duplicates.
+Everything else takes the record path: any other chain (``standardize`` with
+``emit_burn_in=false`` or another ``field``, a subclass of it, ``standardize -> cs``, three
+operators), and any run with ``SHIFTWATCH_RECORD_PATH=1`` in the environment (or
+``Pipeline(columnar=False)``).
+
+Within the columnar path some rows still go through the operators record by record (each
+kernel's docstring): for the chain, a key's first record and its burn-in (which move its
+running mean and variance) and a value ``standardize`` refuses; its frozen rest is
+standardised in arrays. A River detector's first record of a key and a value it refuses
+(e.g. one standardised beyond ``MAX_ABS``) likewise. A chain's dead letters are written
+stage by stage within a micro-batch, each stage's key by key, as the record path writes them.
 
 What the two paths write is the same, byte for byte: the micro-batches hold the same
 records (``batch_size`` accepted records each, the source's dead letters written where the
@@ -14,14 +26,16 @@ record path writes them: before the batch whose last record follows them), the k
 give each key's outputs and dead letters as the operators do, ``change_at`` is mapped to the
 key's positions by the rule of :mod:`~shiftwatch.deploy.positions`, and the sinks get
 columns (``write_columns``, ``write_input_columns`` and ``write_output_columns``, where they
-have them; the rest get records). ``tests/deploy/test_columnar_replay.py`` compares every
-file of the two paths on streams with bad rows.
+have them; the rest get records). ``tests/deploy/test_columnar_replay.py`` (one operator)
+and ``tests/deploy/test_columnar_chain.py`` (the chain) compare every file of the two paths
+on streams with bad rows.
 """
 
 from __future__ import annotations
 
 import os
 from bisect import bisect_left
+from functools import partial
 from itertools import chain
 from typing import Any
 
@@ -135,17 +149,31 @@ def columnar_run(pipeline: Any) -> _ColumnarRun | None:
     None when it takes the record path (see the module docstring)."""
     if pipeline.columnar is False or os.environ.get(RECORD_PATH_ENV, "") == "1":
         return None
+    ops = pipeline.operators
     if (pipeline.speed or pipeline.metrics is not None or pipeline.expiry is not None
-            or len(pipeline.operators) != 1):
+            or len(ops) not in (1, 2)):
         return None
     from shiftwatch.streams.columns import columns_eligible
 
     if not columns_eligible(pipeline.source):
         return None
-    kernel = _kernel(pipeline.operators[0])
+    kernel = _kernel(ops[0]) if len(ops) == 1 else _chain_kernel(*ops)
     if kernel is None:
         return None
     return _ColumnarRun(pipeline, *kernel)
+
+
+def _chain_kernel(first: Any, second: Any) -> tuple | None:
+    """The column kernel for the chain ``first -> second`` (``standardize -> river:NAME``,
+    both keyed), or None."""
+    got = _kernel(second)
+    if got is None or got[0].__name__ != "river_columns":
+        return None
+    from shiftwatch.operators.river import chain_columns as ch
+
+    if not ch.standardize_ready(first):
+        return None
+    return partial(ch.standardize_river_columns, first), True
 
 
 class _AllDead:
@@ -243,7 +271,8 @@ class _ColumnarRun:
         self.p = pipeline
         self.kernel = kernel
         self.grouped = grouped  # the operator's dead letters come key by key in a batch
-        self.op = pipeline.operators[0]
+        self.op = pipeline.operators[-1]  # (a chain's kernel holds the operators before it)
+        self.last = len(pipeline.operators) - 1  # the index of the detector
         self.path = pipeline.source.path
         self.pending: list[tuple[int, DeadLetter]] = []  # source dead letters to write
         self.positions: _Positions | None = None
@@ -351,6 +380,7 @@ class _ColumnarRun:
         with guard.deferred():
             accepted, alarm, fields, special, dead = self.kernel(
                 self.op, uniq, inv, values, ts, inputs.record)
+            dead = [d if type(d) is tuple else (0, d) for d in dead]  # (stage, dead letter)
             by_batch = self._group_dead(inputs, dead)
             where = {int(offs[i]): {"file": self.path, "line": int(lines[i]),
                                     "offset": int(offs[i])}
@@ -362,8 +392,8 @@ class _ColumnarRun:
                 self._count_to(ex, self.read if partial else int(offs[hi - 1]) + 1,
                                None if partial else int(lines[hi - 1]))
                 self._write_source_dead(ex, None if partial else int(offs[hi - 1]))
-                records = [ex._operator_dead_letter(d, ex.names[0], where, None)
-                           for d in by_batch.get(b, ())]  # (counted in the record path's order)
+                records = [ex._operator_dead_letter(d, ex.names[stage], where, None)
+                           for stage, d in by_batch.get(b, ())]  # (counted in that order)
                 self.p._write_dead(records)
                 i0 = bisect_left(rows_special, lo)
                 i1 = bisect_left(rows_special, hi)
@@ -377,23 +407,30 @@ class _ColumnarRun:
                 bar.update(n)
 
     def _group_dead(self, inputs: InputColumns, dead: list) -> dict[int, list]:
-        """The operator's dead letters by micro-batch, each micro-batch's in the record
-        path's order: input order, or for an operator whose dead letters come key by key
-        (``Keyed``'s clones) by key (in order of first appearance in the micro-batch)."""
+        """The operators' dead letters (``(stage, dead letter)``) by micro-batch, each
+        micro-batch's in the record path's order: stage by stage, each stage's in input
+        order, or for an operator whose dead letters come key by key (``Keyed``'s clones) by
+        key (in order of first appearance in the micro-batch)."""
         size = self.p.batch_size
         order = []
-        for d in dead:
-            row = int(np.searchsorted(inputs.offsets, d.origin.get("offset")))
+        rows = [int(np.searchsorted(inputs.offsets, d.origin.get("offset"))) for _, d in dead]
+        gone = np.zeros(len(inputs), dtype=bool)  # rows an earlier stage rejected
+        for (stage, d), row in zip(dead, rows, strict=True):
             b = row // size
             first = 0
             if self.grouped:
                 lo = b * size
-                first = int(np.flatnonzero(inputs.inv[lo:lo + size] == inputs.inv[row])[0])
-            order.append(((b, first, row), d))
+                same = inputs.inv[lo:lo + size] == inputs.inv[row]
+                if stage:  # a later stage groups what the earlier ones accepted
+                    same &= ~gone[lo:lo + size]
+                first = int(np.flatnonzero(same)[0])
+            order.append(((b, stage, first, row), (stage, d)))
+            if stage == 0:
+                gone[row] = True
         order.sort(key=lambda x: x[0])
         by_batch: dict[int, list] = {}
-        for (b, _, _), d in order:
-            by_batch.setdefault(b, []).append(d)
+        for (b, *_), item in order:
+            by_batch.setdefault(b, []).append(item)
         return by_batch
 
     def _write(self, ex: Any, inputs: InputColumns, accepted: np.ndarray,
@@ -422,10 +459,10 @@ class _ColumnarRun:
         n_alarms = int(np.count_nonzero(out.alarm))
         s = ex.summary
         counts = s.alarms_by_operator
-        key = f"0:{ex.names[0]}"
+        key = f"{self.last}:{ex.names[self.last]}"  # (a standardiser before it: no alarms)
         if n_out or key in counts:
             counts[key] = counts.get(key, 0) + n_alarms
-            s.n_operators = 1
+            s.n_operators = self.last + 1
         s.outputs += n_out
         s.alarms += n_alarms
         for sink in p.sinks:
