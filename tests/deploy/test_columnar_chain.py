@@ -8,7 +8,8 @@ import os
 import random
 
 import pytest
-from test_columnar_replay import _files, _pipeline, _replay, messy_csv
+from test_columnar_replay import _files, _pipeline, messy_csv
+from test_columnar_replay import _same as _replay_same
 
 from shiftwatch.deploy import columnar
 from shiftwatch.deploy.columnar import columnar_run
@@ -26,20 +27,8 @@ def _all_files(out):
     return got
 
 
-def _same(monkeypatch, capsys, tmp_path, path, op_args, emit="all", extra=(), expect=True):
-    runs = []
-    real = columnar._ColumnarRun.run
-    monkeypatch.setattr(columnar._ColumnarRun, "run",
-                        lambda self, *a: runs.append(1) or real(self, *a))
-    a = _replay(monkeypatch, capsys, path, tmp_path / "rec", op_args, emit, True, extra)
-    assert runs == []
-    b = _replay(monkeypatch, capsys, path, tmp_path / "col", op_args, emit, False, extra)
-    assert runs == ([1] if expect else [])  # the columnar path was taken (or not)
-    assert a == b
-    fa, fb = _all_files(tmp_path / "rec"), _all_files(tmp_path / "col")
-    for name in fa:
-        assert fa[name] == fb[name], name
-    return fb
+def _same(*args, **kwargs):
+    return _replay_same(*args, files=_all_files, **kwargs)
 
 
 @pytest.mark.parametrize("emit", ["all", "alarms"])

@@ -94,7 +94,11 @@ def _files(out):
     return got
 
 
-def _same(monkeypatch, capsys, tmp_path, path, op_args, emit="all", extra=(), expect=True):
+def _same(monkeypatch, capsys, tmp_path, path, op_args, emit="all", extra=(), expect=True,
+          files=None):
+    """Replay ``path`` by both paths; their console lines and files (``files(out)``, default
+    :func:`_files`) must be the same. Returns the columnar run's files."""
+    files = files or _files
     runs = []
     real = columnar._ColumnarRun.run
     monkeypatch.setattr(columnar._ColumnarRun, "run",
@@ -104,7 +108,7 @@ def _same(monkeypatch, capsys, tmp_path, path, op_args, emit="all", extra=(), ex
     b = _replay(monkeypatch, capsys, path, tmp_path / "col", op_args, emit, False, extra)
     assert runs == ([1] if expect else [])  # the columnar path was taken (or not)
     assert a == b
-    fa, fb = _files(tmp_path / "rec"), _files(tmp_path / "col")
+    fa, fb = files(tmp_path / "rec"), files(tmp_path / "col")
     for name in fa:
         assert fa[name] == fb[name], name
     return fb
