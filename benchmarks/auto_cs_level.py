@@ -25,10 +25,7 @@ ADWIN"); this script only measures.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +33,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import auto_level  # noqa: E402
-import realdata  # noqa: E402
 
 #: ``level_params`` markers the patched ``_new_level`` reads (None = the default route).
 CANDIDATES: list[dict | None] = [None, {"candidate": "std+cs"}, {"candidate": "cs"}]
@@ -139,35 +135,12 @@ def arithmetic(results: dict, sets: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(realdata.ROOT.parent / "shared" / "data"))
-    ap.add_argument("--sets", default=",".join(realdata.SETS),
-                    help=f"comma-separated ({', '.join(realdata.SETS)})")
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
-    args = ap.parse_args(argv)
-    keys = args.sets.split(",")
-    bad = [k for k in keys if k not in realdata.SETS]
-    if bad:
-        print(f"unknown data set: {', '.join(bad)}", file=sys.stderr)
-        return 2
     patch()
     use_candidates()
-    t0 = time.time()
-    datasets = realdata.load(Path(args.data), keys)
-    sets = list(datasets)
-    jobs = [(ci, ds, datasets[ds]) for ci in range(len(CANDIDATES)) for ds in sets]
-    results: dict = {ci: {} for ci in range(len(CANDIDATES))}
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for ci, ds, rows, secs in pool.map(run_one, jobs):
-            results[ci][ds] = rows
-            m = auto_level.means(rows)
-            print(f"  {label(CANDIDATES[ci]):<26} {ds:<14} "
-                  + "  ".join(f"{k} {m[k]:.3f}" for k in auto_level.KEYS)
-                  + f"  ({secs:.0f} s)", flush=True)
-    command = "python benchmarks/auto_cs_level.py" + "".join(
-        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-    print(f"\n`{command}` ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
-          f"{time.time() - t0:.0f} s)\n")
+    got = auto_level.run(argv, "benchmarks/auto_cs_level.py", run_one)
+    if got == 2:
+        return 2
+    results, sets = got
     print(auto_level.tables(results, sets))
     print(auto_level.level_series(results, sets))
     print(auto_level.check(results, sets).replace("candidate None", "candidate (a)"))

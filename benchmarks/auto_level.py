@@ -162,7 +162,10 @@ def check(results: dict, sets: list[str]) -> str:
     return "Harness check (candidate None against realdata.md's `auto`): " + "; ".join(out)
 
 
-def main(argv=None) -> int:
+def run(argv, script: str, runner=None):
+    """Parse the command line, run every candidate (``CANDIDATES``, ``label``: this module's
+    or what a caller pointed them at) on every set in worker processes, print the progress
+    and the command; returns ``(results, sets)``, or 2 for an unknown set."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(realdata.ROOT.parent / "shared" / "data"))
     ap.add_argument("--sets", default=",".join(realdata.SETS),
@@ -180,16 +183,24 @@ def main(argv=None) -> int:
     jobs = [(ci, ds, datasets[ds]) for ci in range(len(CANDIDATES)) for ds in sets]
     results: dict = {ci: {} for ci in range(len(CANDIDATES))}
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for ci, ds, rows, secs in pool.map(run_one, jobs):
+        for ci, ds, rows, secs in pool.map(runner or run_one, jobs):
             results[ci][ds] = rows
             m = means(rows)
-            print(f"  {label(CANDIDATES[ci]):<20} {ds:<14} "
+            print(f"  {label(CANDIDATES[ci]):<26} {ds:<14} "
                   + "  ".join(f"{k} {m[k]:.3f}" for k in KEYS) + f"  ({secs:.0f} s)",
                   flush=True)
-    command = "python benchmarks/auto_level.py" + "".join(
+    command = f"python {script}" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     print(f"\n`{command}` ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
           f"{time.time() - t0:.0f} s)\n")
+    return results, sets
+
+
+def main(argv=None) -> int:
+    got = run(argv, "benchmarks/auto_level.py")
+    if got == 2:
+        return 2
+    results, sets = got
     print(tables(results, sets))
     print(level_series(results, sets))
     print(check(results, sets))
