@@ -8,7 +8,7 @@ import os
 import random
 
 import pytest
-from test_columnar_replay import _files, _pipeline, messy_csv
+from test_columnar_replay import _files, _pipeline, layout, messy_csv
 from test_columnar_replay import _same as _replay_same
 
 from shiftwatch.deploy import columnar
@@ -53,12 +53,7 @@ def test_same_files_as_the_record_path(monkeypatch, capsys, tmp_path, params, em
 @pytest.mark.parametrize("emit", ["all", "alarms"])
 def test_same_files_for_other_layouts_and_batch_sizes(monkeypatch, capsys, tmp_path, case,
                                                       det, emit):
-    case = dict(case)
-    batch = case.pop("batch", None)
-    path = messy_csv(tmp_path / ("s.csv.gz" if case.get("gz") else "s.csv"), n=1200, **case)
-    opts = (["--source-opt", "key=key"] if case.get("key", True) else []) + (
-        ["--source-opt", "ts=ts"] if case.get("ts", True) else [])
-    extra = ["--batch-size", batch] if batch else []
+    path, opts, extra = layout(tmp_path, case)
     args = ["--operator", "standardize", "--param", "burn_in=20", "--operator", det]
     if det == "river:KSWIN":  # (random without a seed)
         args += ["--param", "seed=1"]

@@ -94,6 +94,17 @@ def _files(out):
     return got
 
 
+def layout(tmp_path, case: dict) -> tuple:
+    """A messy CSV for ``case`` (messy_csv's arguments, ``batch`` a --batch-size) and its
+    source options and extra arguments: ``(path, opts, extra)``."""
+    case = dict(case)
+    batch = case.pop("batch", None)
+    path = messy_csv(tmp_path / ("s.csv.gz" if case.get("gz") else "s.csv"), n=1200, **case)
+    opts = (["--source-opt", "key=key"] if case.get("key", True) else []) + (
+        ["--source-opt", "ts=ts"] if case.get("ts", True) else [])
+    return path, opts, ["--batch-size", batch] if batch else []
+
+
 def _same(monkeypatch, capsys, tmp_path, path, op_args, emit="all", extra=(), expect=True,
           files=None):
     """Replay ``path`` by both paths; their console lines and files (``files(out)``, default
@@ -138,12 +149,7 @@ def test_same_files_as_the_record_path(monkeypatch, capsys, tmp_path, op, emit):
 @pytest.mark.parametrize("op", ["cs", "river:ADWIN", "river:PageHinkley"])
 def test_same_files_for_other_layouts_and_batch_sizes(monkeypatch, capsys, tmp_path, case,
                                                       op):
-    case = dict(case)
-    batch = case.pop("batch", None)
-    path = messy_csv(tmp_path / ("s.csv.gz" if case.get("gz") else "s.csv"), n=1200, **case)
-    opts = (["--source-opt", "key=key"] if case.get("key", True) else []) + (
-        ["--source-opt", "ts=ts"] if case.get("ts", True) else [])
-    extra = ["--batch-size", batch] if batch else []
+    path, opts, extra = layout(tmp_path, case)
     fallback = op == "cs" and case["seed"] == 5  # cs locating by a split: no fleet
     args = ["--operator", op] + (["--param", "locate=meanvar"] if fallback else [])
     _same(monkeypatch, capsys, tmp_path, path, args + opts, "all", extra, expect=not fallback)
