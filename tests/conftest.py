@@ -68,12 +68,13 @@ def pytest_collection_modifyitems(config, items):
     # Only under xdist (config.workerinput exists on its workers): every worker sorts the
     # same collection the same way (a stable sort), as xdist requires.
     if hasattr(config, "workerinput"):
-        first = sorted((i for i in items if _rank(i, LONG_FIRST) < len(LONG_FIRST)),
-                       key=lambda i: _rank(i, LONG_FIRST))
-        rest = [i for i in items if _rank(i, LONG_FIRST) == len(LONG_FIRST)]
-        waiting = sorted((i for i in rest if _rank(i, WAITING) < len(WAITING)),
-                         key=lambda i: _rank(i, WAITING))
-        other = [i for i in rest if _rank(i, WAITING) == len(WAITING)]
+        ranks = {id(i): (_rank(i, LONG_FIRST), _rank(i, WAITING)) for i in items}
+        first = sorted((i for i in items if ranks[id(i)][0] < len(LONG_FIRST)),
+                       key=lambda i: ranks[id(i)][0])
+        rest = [i for i in items if ranks[id(i)][0] == len(LONG_FIRST)]
+        waiting = sorted((i for i in rest if ranks[id(i)][1] < len(WAITING)),
+                         key=lambda i: ranks[id(i)][1])
+        other = [i for i in rest if ranks[id(i)][1] == len(WAITING)]
         items[:] = first + _interleave(waiting, other)
 
 
