@@ -21,6 +21,7 @@ from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.locate import LOCATE_KINDS, ValueWindow, locate_change
 from shiftwatch.operators.object_state import decode_object, encode_object
 from shiftwatch.operators.registry import OperatorInfo, register_prefix
+from shiftwatch.operators.river import lazy_import
 from shiftwatch.operators.river.adwin_state import (
     adwin_doc,
     adwin_from_doc,
@@ -114,25 +115,7 @@ _STATISTICS: dict[str, Callable[[Any], float | None]] = {
     "HDDMW": _statistic_hddm_w,
 }
 
-_DETECTORS: dict[str, type] = {}
 _CLASSES: dict[str, type[RiverDetector]] = {}
-
-
-def _river_detectors() -> dict[str, type]:
-    """Name -> class of every drift detector exported by river.drift and river.drift.binary."""
-    if not _DETECTORS:
-        from river import base as river_base
-        from river import drift
-        from river.drift import binary
-
-        for module in (drift, binary):
-            for name in module.__all__:
-                cls = getattr(module, name, None)
-                if (isinstance(cls, type) and issubclass(cls, (river_base.DriftDetector,
-                                                        river_base.BinaryDriftDetector))
-                        and not inspect.isabstract(cls)):
-                    _DETECTORS[name] = cls
-    return _DETECTORS
 
 
 def river_detector_names() -> list[str]:
@@ -143,21 +126,24 @@ def river_detector_names() -> list[str]:
     >>> river_detector_names()[:4]
     ['ADWIN', 'DDM', 'DummyDriftDetector', 'EDDM']
     """
-    return sorted(_river_detectors())
+    return lazy_import.detector_names() or sorted(lazy_import.imported_detectors())
 
 
 def _detector_class(detector: Any) -> type[RiverDetector]:
-    """The RiverDetector subclass bound to one River detector (the ``river:NAME`` factory)."""
+    """The RiverDetector subclass bound to one River detector (the ``river:NAME`` factory);
+    it imports only the River module that defines it (:mod:`.lazy_import`)."""
     cls = _CLASSES.get(detector) if isinstance(detector, str) else None
     if cls is not None:
         return cls
-    known = _river_detectors()
-    if not isinstance(detector, str) or detector not in known:
-        raise ValueError(f"unknown River detector {detector!r}; River detectors: "
-                         f"{', '.join(sorted(known))}")
+    river_cls = lazy_import.detector_class(detector) if isinstance(detector, str) else None
+    if river_cls is None:
+        known = lazy_import.imported_detectors()
+        if not isinstance(detector, str) or detector not in known:
+            raise ValueError(f"unknown River detector {detector!r}; River detectors: "
+                             f"{', '.join(sorted(known))}")
+        river_cls = known[detector]
     from river import base as river_base
 
-    river_cls = known[detector]
     sig = inspect.signature(river_cls.__init__)
     defaults = {p.name: p.default for p in sig.parameters.values()
                 if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}

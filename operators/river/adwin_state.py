@@ -51,7 +51,7 @@ _OK: bool | None = None  # the self-check's verdict, once run
 def _setup() -> bool:
     global _ADWIN, _HELPER, _NAMES
     try:
-        from river.drift import ADWIN
+        from river.drift.adwin import ADWIN  # (not river.drift: lazy_import)
     except ImportError:  # pragma: no cover - river is a dependency
         return False
     helper = getattr(ADWIN(), "_helper", None)

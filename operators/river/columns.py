@@ -41,7 +41,7 @@ def columns_ready(keyed: Any) -> bool:
 
 def _adwin_class() -> type | None:
     try:
-        from river.drift import ADWIN
+        from river.drift.adwin import ADWIN  # (not river.drift: lazy_import)
     except ImportError:  # pragma: no cover - river is a dependency
         return None
     return ADWIN

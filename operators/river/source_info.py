@@ -22,7 +22,7 @@ from shiftwatch.operators.source_info import (
     parse_source,
 )
 
-__all__ = ["river_operator_infos"]
+__all__ = ["river_operator_infos", "river_detector_modules"]
 
 
 #: The accepted input of River's binary (error-stream) detectors, as set by
@@ -55,8 +55,9 @@ def _river_package_detectors(init_path: Path) -> list[tuple[str, Path]] | None:
 
 
 @lru_cache(maxsize=1)
-def _river_detectors() -> tuple[tuple[str, str, dict, bool], ...] | None:
-    """(name, docstring, constructor defaults, binary) of each concrete River drift detector.
+def _river_detectors() -> tuple[tuple[str, str, dict, bool, str], ...] | None:
+    """(name, docstring, constructor defaults, binary, module) of each concrete River drift
+    detector, ``module`` the one that defines it (e.g. ``river.drift.adwin``).
 
     The same detectors, in the same order, as ``river_detector_names()`` finds by importing
     ``river.drift`` and ``river.drift.binary``.
@@ -65,7 +66,8 @@ def _river_detectors() -> tuple[tuple[str, str, dict, bool], ...] | None:
     if root is None:
         return None
     drift = Path(root).parent / "drift"
-    found: dict[str, tuple[str, str, dict, bool]] = {}
+    site = Path(root).parent.parent
+    found: dict[str, tuple[str, str, dict, bool, str]] = {}
     for init in (drift / "__init__.py", drift / "binary" / "__init__.py"):
         if not init.exists():
             return None
@@ -95,8 +97,18 @@ def _river_detectors() -> tuple[tuple[str, str, dict, bool], ...] | None:
             defaults = init_params(init_fn, keep_varargs=False)
             if defaults is None:
                 return None
-            found[name] = (name, doc, defaults, kinds.pop())
+            module = ".".join(file.relative_to(site).with_suffix("").parts)
+            found[name] = (name, doc, defaults, kinds.pop(), module)
     return tuple(found[n] for n in sorted(found))
+
+
+def river_detector_modules() -> dict[str, str] | None:
+    """Each River drift detector's name -> the module that defines it (``{"ADWIN":
+    "river.drift.adwin", ...}``), read from River's source; None if it cannot be read for
+    certain (:mod:`~shiftwatch.operators.river.lazy_import` then imports ``river.drift``).
+    """
+    detectors = _river_detectors()
+    return None if detectors is None else {d[0]: d[4] for d in detectors}
 
 
 def river_operator_infos() -> list[OperatorInfo] | None:
@@ -113,7 +125,7 @@ def river_operator_infos() -> list[OperatorInfo] | None:
     from shiftwatch.operators.river.adapter import RiverDetector
 
     infos = []
-    for name, doc, defaults, binary in detectors:
+    for name, doc, defaults, binary, _ in detectors:
         stand_in = type(f"River{name}", (), {
             "name": f"river:{name}",
             "river_class": type(name, (), {"__doc__": doc}),
