@@ -4,7 +4,8 @@
 (:func:`columnar_run`): a CSV source read in columns (:mod:`shiftwatch.streams.columns`), one
 keyed operator with a column kernel (``cs`` as a fleet:
 :mod:`shiftwatch.operators.confseq.columns`; a non-binary ``river:NAME``:
-:mod:`shiftwatch.operators.river.columns`) or the chain ``standardize -> river:NAME``
+:mod:`shiftwatch.operators.river.columns`; ``shape``:
+:mod:`shiftwatch.operators.shape.columns`) or the chain ``standardize -> river:NAME``
 (:mod:`shiftwatch.operators.river.chain_columns`: a keyed ``standardize`` reading ``value``
 that emits its burn-in, any ``burn_in`` and ``min_std``, then a keyed non-binary River
 detector), no pacing, no metrics server, no key expiry, no rule for time and duplicates.
@@ -135,6 +136,12 @@ def _kernel(op: Any) -> tuple | None:
         from shiftwatch.operators.confseq import columns as cs
 
         return (cs.fleet_columns, False) if cs.columns_ready(op) else None
+    from shiftwatch.operators.shape.operator import ShapeOperator
+
+    if isinstance(op.operator, ShapeOperator):
+        from shiftwatch.operators.shape import columns as sc
+
+        return (sc.shape_columns, True) if sc.columns_ready(op) else None
     from shiftwatch.operators.river.adapter import RiverDetector
 
     if isinstance(op.operator, RiverDetector):

@@ -104,32 +104,48 @@ class ShapeOperator(Operator):
         if not run:
             return
         xs = np.stack([x for _, x in run])
-        L = len(self._ts)
+        t = np.full(len(run), np.nan)
         for i, (rec, _) in enumerate(run):
             ts = rec.get("ts") if isinstance(rec, Mapping) else None
-            t = np.nan
             if _num(ts):
                 try:  # an integer too large for a float (10**300 and up) is no time
-                    t = float(ts)
+                    t[i] = float(ts)
                 except OverflowError:
-                    t = np.nan
-            self._ts[(self._count + i) % L] = t if np.isfinite(t) else np.nan
-        alarm, change, stat, extra = self._detector.update_many(xs)
-        thr = self._detector.thresholds
+                    pass
+        alarm, change, stat, thr, extra, change_ts = self._step(xs, t)
         fixed = None if self.threshold == "null" else float(self.threshold)
-        end = self._count + len(run)
         for i, (rec, _) in enumerate(run):
             h = fixed if fixed is not None or not np.isfinite(thr[i]) else float(thr[i])
             o = self._output(rec, alarm=bool(alarm[i]), statistic=float(stat[i]), threshold=h)
             if alarm[i]:
-                at = int(change[i])
-                o["change_at"] = at
-                if 0 <= at and end - at <= L and np.isfinite(self._ts[at % L]):
-                    o["change_ts"] = float(self._ts[at % L])
+                o["change_at"] = int(change[i])
+                if np.isfinite(change_ts[i]):
+                    o["change_ts"] = float(change_ts[i])
                 if extra[i]:
                     o["changes_at"] = list(extra[i])
             out.append(o)
-        self._count = end
+
+    def _step(self, xs: np.ndarray, t: np.ndarray) -> tuple:
+        """Values ``xs`` (T, c) with their ``ts`` ``t`` (NaN: none) through the detector:
+        ``(alarm, change_at, statistic, threshold, extra, change_ts)`` per row, as
+        :meth:`ShapeDetector.update_many` gives them plus ``change_ts``, the ``ts`` of the
+        record at ``change_at`` when it is among the last ``TS_MEMORY`` records at the
+        alarm (else NaN). Nothing depends on where runs of records end (a replay's
+        micro-batches, a Kafka stage's polls, the replay's columnar path)."""
+        T = xs.shape[0]
+        t = np.where(np.isfinite(t), t, np.nan)
+        alarm, change, stat, extra = self._detector.update_many(xs)
+        thr = self._detector.thresholds
+        ring, L, start = self._ts, self.TS_MEMORY, self._count
+        change_ts = np.full(T, np.nan)
+        for i in np.flatnonzero(alarm).tolist():
+            at = int(change[i])
+            if 0 <= at and start + i - at < L:  # among the last L records at the alarm
+                change_ts[i] = t[at - start] if at >= start else ring[at % L]
+        keep = t[-L:]  # (the ring is read above, before this run overwrites it)
+        ring[(start + T - keep.shape[0] + np.arange(keep.shape[0])) % L] = keep
+        self._count = start + T
+        return alarm, change, stat, thr, extra, change_ts
 
     def process(self, record: Mapping) -> list[dict]:
         x = self._read(record)  # BadInput leaves the state untouched

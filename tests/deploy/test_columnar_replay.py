@@ -159,7 +159,7 @@ def test_same_files_for_other_layouts_and_batch_sizes(monkeypatch, capsys, tmp_p
 def test_operators_without_a_column_kernel_take_the_record_path(monkeypatch, capsys, tmp_path,
                                                                  emit):
     path = messy_csv(tmp_path / "s.csv", n=700, seed=13)
-    _same(monkeypatch, capsys, tmp_path, path, ["--operator", "shape"] + KEYED, emit,
+    _same(monkeypatch, capsys, tmp_path, path, ["--operator", "standardize"] + KEYED, emit,
           expect=False)
 
 
@@ -223,7 +223,8 @@ def test_what_takes_the_columnar_path(tmp_path):
     assert columnar_run(_pipeline(path, create("cs"), out, None)) is not None
     assert columnar_run(_pipeline(path, create("river:ADWIN"), out, None)) is not None
     assert columnar_run(_pipeline(path, create("cs"), out, False)) is None
-    assert columnar_run(_pipeline(path, create("shape"), out, None)) is None  # no kernel
+    assert columnar_run(_pipeline(path, create("shape"), out, None)) is not None
+    assert columnar_run(_pipeline(path, create("standardize"), out, None)) is None  # no kernel
     assert columnar_run(_pipeline(path, create("river:DDM"), out, None)) is None  # binary
     assert columnar_run(_pipeline(path, create("cs", pfa=True), out, None)) is None  # no fleet
     p = _pipeline(path, create("cs"), out, None)

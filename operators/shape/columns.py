@@ -1,0 +1,109 @@
+"""``shape`` on columns: each key's values of a replay's batch through its detector at once.
+
+The replay's columnar path (:mod:`shiftwatch.deploy.columnar`) hands a keyed ``shape`` the
+batch as arrays. :func:`shape_columns` runs each key's values (in input order) through the
+key's :class:`~shiftwatch.operators.shape.operator.ShapeOperator` in one
+:meth:`~shiftwatch.operators.shape.detector.ShapeDetector.update_many` call, and gives
+what ``Keyed.process_batch`` gives for the same records, in columns: the same ``alarm``,
+``statistic`` and ``threshold``, the same ``change_at`` / ``change_ts`` / ``changes_at`` at
+alarms. It does what :meth:`ShapeOperator._emit` does for a run of records (the ring of
+recent ``ts``, the count of accepted records), without a record per value.
+
+A key seen for the first time (its first record creates its operator) and a value the
+operator refuses (none of a CSV's accepted rows are: they are finite and within
+:data:`~shiftwatch.records.MAX_ABS`) take the record path (``Keyed``'s own store, record by
+record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.operators.shape.operator import ShapeOperator
+from shiftwatch.records import MAX_ABS, DeadLetter
+
+__all__ = ["shape_columns", "columns_ready"]
+
+
+def columns_ready(keyed: Any) -> bool:
+    """Whether ``keyed`` (a :class:`~shiftwatch.operators.keyed.Keyed`) holds a
+    :class:`ShapeOperator` :func:`shape_columns` can run: reading ``value``, one clone per
+    key."""
+    op = getattr(keyed, "operator", None)
+    store = getattr(keyed, "_store", None)
+    return (type(op) is ShapeOperator and op.field == "value"
+            and type(store).__name__ == "_Clones" and not keyed._deferred
+            and keyed.expiry is None)
+
+
+def shape_columns(keyed: Any, keys: list, inv: np.ndarray, values: np.ndarray,
+                  ts: np.ndarray | None, record: Callable[[int], dict]) -> tuple:
+    """Run one batch through the shape detectors of ``keyed``, key by key.
+
+    Parameters and result as :func:`shiftwatch.operators.confseq.columns.fleet_columns`;
+    ``fields`` is ``{"statistic": floats, "threshold": floats (NaN for None)}``; the dead
+    letters come key by key (keys in order of first appearance), as ``Keyed`` gives them.
+    """
+    store = keyed._store
+    ops = store._ops
+    n = values.shape[0]
+    accepted = np.ones(n, dtype=bool)
+    alarm = np.zeros(n, dtype=bool)
+    stat = np.full(n, np.nan)
+    thr = np.full(n, np.nan)
+    special: dict[int, dict] = {}
+    dead: list[DeadLetter] = []
+    order = np.argsort(inv, kind="stable")
+    counts = np.bincount(inv, minlength=len(keys))
+    ends = np.cumsum(counts)
+    for u, key in enumerate(keys):
+        rows = order[ends[u] - counts[u]:ends[u]]
+        xs = values[rows]
+        bad = np.flatnonzero(~(np.abs(xs) <= MAX_ABS)).tolist()  # (NaN too): the record rule
+        i, m = 0, rows.shape[0]
+        while i < m:
+            op = ops.get(key)
+            if op is None or op._detector._c not in (None, 1) or (bad and bad[0] == i):
+                if bad and bad[0] == i:
+                    bad.pop(0)
+                r = int(rows[i])
+                got = store.process_batch([record(r)], keyed)
+                for o in got:  # (one output or one dead letter)
+                    if isinstance(o, DeadLetter):
+                        accepted[r] = False
+                        dead.append(o)
+                    else:
+                        special[r] = o
+                        alarm[r] = bool(o.get("alarm"))
+                i += 1
+                continue
+            j = bad[0] if bad else m
+            _run_segment(op, rows[i:j], xs[i:j], ts, record, alarm, stat, thr, special)
+            i = j
+    return accepted, alarm, {"statistic": stat, "threshold": thr}, special, dead
+
+
+def _run_segment(op: ShapeOperator, rows: np.ndarray, xs: np.ndarray, ts: np.ndarray | None,
+                 record: Callable[[int], dict], alarm: np.ndarray, stat: np.ndarray,
+                 thr: np.ndarray, special: dict[int, dict]) -> None:
+    """Values ``xs`` of rows ``rows`` (one key, in order) through its operator
+    (:meth:`ShapeOperator._step`, what ``_emit`` of their records runs)."""
+    t = np.full(xs.shape[0], np.nan) if ts is None else ts[rows]
+    a, change, st, th, extra, change_ts = op._step(xs[:, None], t)
+    stat[rows] = st
+    fixed = None if op.threshold == "null" else float(op.threshold)
+    thr[rows] = th if fixed is None else fixed  # (NaN before the first scan: None)
+    for h in np.flatnonzero(a).tolist():
+        i = int(rows[h])
+        alarm[i] = True
+        h_thr = fixed if fixed is not None or not np.isfinite(th[h]) else float(th[h])
+        o = op._output(record(i), alarm=True, statistic=float(st[h]), threshold=h_thr)
+        o["change_at"] = int(change[h])
+        if np.isfinite(change_ts[h]):
+            o["change_ts"] = float(change_ts[h])
+        if extra[h]:
+            o["changes_at"] = list(extra[h])
+        special[i] = o
