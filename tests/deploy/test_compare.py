@@ -10,7 +10,9 @@ import pytest
 
 from shiftwatch.deploy.cli import main
 
-CHAINS = ["cs", "standardize burn_in=20 -> river:ADWIN delta=0.01"]
+CHAINS = ["cs", "standardize burn_in=20 -> river:ADWIN delta=0.01", "standardize -> cs"]
+#: The chains replay runs on its columnar path (they read the file in column batches).
+COLUMNS = CHAINS[:2]
 
 
 @pytest.fixture
@@ -33,21 +35,33 @@ def _lines(path):
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.parametrize("cache", [None, "10"], ids=["read once", "read again"])
-def test_each_chain_gives_what_replay_gives(tmp_path, log, capsys, cache):
+@pytest.mark.parametrize("cache,chains", [(None, CHAINS), ("10", CHAINS), (None, COLUMNS),
+                                          (None, CHAINS[::-1])],
+                         ids=["read once", "read again", "columns", "records first"])
+def test_each_chain_gives_what_replay_gives(tmp_path, log, capsys, cache, chains,
+                                            monkeypatch):
+    from shiftwatch.deploy import columnar
+
+    runs = []
+    real = columnar._ColumnarRun.run
+    monkeypatch.setattr(columnar._ColumnarRun, "run",
+                        lambda self, *a: runs.append(1) or real(self, *a))
     path, labels = log
     opts = ["--source-opt", "key=key", "--source-opt", "ts=ts", "--labels", str(labels),
             "--no-plots"]
-    argv = ["compare", str(path), *[a for c in CHAINS for a in ("--chain", c)],
+    argv = ["compare", str(path), *[a for c in chains for a in ("--chain", c)],
             "--out", str(tmp_path / "cmp"), "--emit", "all", *opts]
     if cache:
         argv += ["--cache-records", cache]
     assert main(argv) == 0
+    assert len(runs) == sum(c in COLUMNS for c in chains)  # those read in column batches
     printed = capsys.readouterr().out
     table = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    assert table["read"].startswith("read once" if cache is None else "read again")
-    assert [r["chain"] for r in table["chains"]] == CHAINS
-    for i, chain in enumerate(CHAINS, 1):
+    want = ("read in column batches" if chains == COLUMNS else
+            "read once for 1 chain (the other 2 read" if cache is None else "read again")
+    assert table["read"].startswith(want)
+    assert [r["chain"] for r in table["chains"]] == chains
+    for i, chain in enumerate(chains, 1):
         stages = []
         for part in chain.split("->"):
             name, *params = part.split()
