@@ -30,6 +30,11 @@ columns (``write_columns``, ``write_input_columns`` and ``write_output_columns``
 have them; the rest get records). ``tests/deploy/test_columnar_replay.py`` (one operator)
 and ``tests/deploy/test_columnar_chain.py`` (the chain) compare every file of the two paths
 on streams with bad rows.
+
+A JSON Lines file is read in columns too, under the same conditions
+(:mod:`~shiftwatch.streams.jsonl_columns`; ``tests/deploy/test_columnar_jsonl.py``), unless
+some record is one columns cannot hold (a vector value, keys equal but written differently:
+the file is read once beforehand to know), which sends the whole file the record path.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ import numpy as np
 
 from shiftwatch.records import DeadLetter, reason_kind
 
-__all__ = ["columnar_run", "InputColumns", "OutputColumns", "RECORD_PATH_ENV"]
+__all__ = ["columnar_run", "source_columns", "InputColumns", "OutputColumns",
+           "RECORD_PATH_ENV"]
 
 #: An environment variable: "1" makes every replay take the record path.
 RECORD_PATH_ENV = "SHIFTWATCH_RECORD_PATH"
@@ -162,12 +168,44 @@ def columnar_run(pipeline: Any) -> _ColumnarRun | None:
         return None
     from shiftwatch.streams.columns import columns_eligible
 
-    if not columns_eligible(pipeline.source):
+    if not columns_eligible(pipeline.source) or _unfit(pipeline.source):
         return None
     kernel = _kernel(ops[0]) if len(ops) == 1 else _chain_kernel(*ops)
     if kernel is None:
         return None
     return _ColumnarRun(pipeline, *kernel)
+
+
+def source_columns(source: Any) -> Any:
+    """The items of ``source`` (:func:`~shiftwatch.streams.columns.columns_eligible`) as
+    column chunks, by the reader of its kind:
+    :func:`~shiftwatch.streams.columns.csv_columns` or
+    :func:`~shiftwatch.streams.jsonl_columns.jsonl_columns`."""
+    from shiftwatch.streams.files import JsonlSource
+
+    if type(source) is JsonlSource:
+        from shiftwatch.streams.jsonl_columns import jsonl_columns
+
+        return jsonl_columns(source)
+    from shiftwatch.streams.columns import csv_columns
+
+    return csv_columns(source)
+
+
+def _unfit(source: Any) -> bool:
+    """Whether ``source`` is a JSON Lines file whose records columns cannot hold
+    (:func:`~shiftwatch.streams.jsonl_columns.unfit`: read once to know; the verdict is kept
+    on the source)."""
+    from shiftwatch.streams.files import JsonlSource
+
+    if type(source) is not JsonlSource:
+        return False
+    verdict = getattr(source, "_columns_unfit", None)
+    if verdict is None:
+        from shiftwatch.streams.jsonl_columns import unfit
+
+        verdict = source._columns_unfit = unfit(source) is not None
+    return verdict
 
 
 def _chain_kernel(first: Any, second: Any) -> tuple | None:
@@ -291,7 +329,6 @@ class _ColumnarRun:
         in columns); the caller handles the end of the stream and closing. ``all_dead(
         how_many, head)`` is the exception to raise when the source's first items are all
         dead letters (:func:`~shiftwatch.deploy.local.stop_if_all_dead`)."""
-        from shiftwatch.streams.columns import csv_columns
 
         p = self.p
         size = p.batch_size
@@ -302,7 +339,7 @@ class _ColumnarRun:
         base = 0
         self.positions = _Positions() if p._positions is not None else None
         try:
-            for chunk in csv_columns(p.source):
+            for chunk in source_columns(p.source):
                 m, nd = len(chunk), len(chunk.dead)
                 fresh: list[tuple[int, DeadLetter]] = []
                 if nd:

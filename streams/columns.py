@@ -15,7 +15,9 @@ file give the same records and dead letters, with the same reasons and line numb
 
 Only what the columns can hold is read this way (:func:`columns_eligible`): a scalar
 ``value`` column, optional ``key`` and ``ts`` columns, no ``ts_format``, no ``y``, ``task``
-or ``extra`` columns. Anything else stays on the record path.
+or ``extra`` columns. Anything else stays on the record path. A JSON Lines file under the
+same conditions is read by :mod:`~shiftwatch.streams.jsonl_columns`;
+:func:`~shiftwatch.deploy.columnar.source_columns` picks the reader.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from shiftwatch.streams.files import (
     _SHORT_NUMBER,
     _UNDECODABLE,
     CsvSource,
+    JsonlSource,
     _damage_reason,
     _open_text,
     _raw,
@@ -43,6 +46,10 @@ __all__ = ["ColumnChunk", "columns_eligible", "csv_columns"]
 
 #: Characters of text read at a time.
 CHUNK_CHARS = 1 << 16
+#: Whether blocks of plain ASCII lines are scanned by the compiled
+#: :func:`~shiftwatch.streams.csv_kernel.scan_lines` (False: by :func:`_block` only; the
+#: tests compare the two).
+SCAN = True
 #: The characters of numbers, and of whole numbers (bytes a column's cells joined by
 #: newlines may hold).
 _NUMBER_BYTES = b"0123456789.eE+-\n"
@@ -115,8 +122,11 @@ class ColumnChunk:
 
 
 def columns_eligible(source: Any) -> bool:
-    """Whether ``source`` can be read by :func:`csv_columns`."""
-    return (type(source) is CsvSource and isinstance(source.value, str)
+    """Whether ``source`` can be read in columns: by :func:`csv_columns` (a
+    :class:`~shiftwatch.streams.files.CsvSource`) or by
+    :func:`~shiftwatch.streams.jsonl_columns.jsonl_columns` (a
+    :class:`~shiftwatch.streams.files.JsonlSource`)."""
+    return (type(source) in (CsvSource, JsonlSource) and isinstance(source.value, str)
             and not source.y and not source.task and not source._extra
             and source.ts_format is None)
 
@@ -127,7 +137,7 @@ def csv_columns(source: CsvSource, chunk_chars: int = CHUNK_CHARS) -> Iterator[C
     Counts blank lines in ``source.blank_lines``; ``source.close()`` closes an iteration
     under way.
     """
-    if not columns_eligible(source):
+    if type(source) is not CsvSource or not columns_eligible(source):
         raise ValueError(f"{source!r} cannot be read in columns (see columns_eligible)")
     it = _chunks(source, chunk_chars)
     source._open.append(it)
@@ -140,6 +150,10 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
     pos = {c: header.index(c) for c in src._wanted()}
     layout = (len(header), pos.get(src.key) if src.key else None,
               pos.get(src.ts) if src.ts else None, pos[src._columns[0]], pos)
+    d = src.delimiter
+    scan = (SCAN and len(d) == 1 and d.isascii() and d not in '"\r\n\x00'
+            and len({layout[1], layout[2], layout[3]} - {None}) == 3 - (layout[1] is None)
+            - (layout[2] is None))
     f, guard = _open_text(src.path)
     with f:
         head = f.readline()  # the header, line 1 (checked by the source)
@@ -157,9 +171,12 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
                 rest = data
                 continue
             rest = data[cut + 1:]
-            lines, _ = _split_lines(data[:cut + 1])
-            yield _block(src, lines, lineno + 1, layout)
-            lineno += len(lines)
+            got = _scanned(src, data[:cut + 1], lineno + 1, layout) if scan else None
+            if got is None:
+                lines, _ = _split_lines(data[:cut + 1])
+                got = _block(src, lines, lineno + 1, layout), len(lines)
+            yield got[0]
+            lineno += got[1]
         tail = None
         if rest:
             lines, ended = _split_lines(rest)
@@ -173,6 +190,76 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
             dead = src._dead(_raw(tail or ""), _damage_reason(guard.error, lineno - 1), lineno)
             yield ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
                               np.empty(0, dtype=np.int64), [(0, dead)])
+
+
+def _scanned(src: CsvSource, text: str, first: int, layout: tuple
+             ) -> tuple[ColumnChunk, int] | None:
+    """The complete lines ``text`` (the file's lines ``first, first + 1, ...``, each ending
+    with ``\\n`` or ``\\r\\n``) as a chunk, scanned by
+    :func:`~shiftwatch.streams.csv_kernel.scan_lines`, and how many lines they are; None
+    when the text holds bytes that are not UTF-8 or a carriage return that ends a line alone
+    (the caller then reads it by :func:`_block`). The lines the scan does not pass take the
+    record path's rule, as in :func:`_block`."""
+    crlf = "\r" in text
+    if crlf and text.count("\r") != text.count("\r\n"):
+        return None
+    if text.isascii():
+        raw = text.encode("ascii")
+    elif _UNDECODABLE.search(text):
+        return None
+    else:
+        raw = text.encode("utf-8")
+    from shiftwatch.streams import csv_kernel as ck
+
+    ncol, kpos, tpos, vpos, pos = layout
+    d = src.delimiter
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    starts, status, kst, ken, khash, ts, values = ck.scan_lines(
+        buf, ord(d), ncol, -1 if kpos is None else kpos, -1 if tpos is None else tpos, vpos,
+        MAX_ABS, ck._POW10, crlf)
+    n = status.shape[0]
+    texts = _LineTexts(raw, starts, 2 if crlf else 1)
+    for i in np.flatnonzero(status > ck.SLOW).tolist():  # numbers float() must read
+        cells = texts[i].split(d)
+        for bit, col, at in ((ck.PY_TS, ts, tpos), (ck.PY_VALUE, values, vpos)):
+            if status[i] & bit:
+                x = float(cells[at])
+                col[i] = x
+                if not abs(x) <= MAX_ABS:
+                    status[i] = ck.SLOW
+    slow = status == ck.SLOW
+    rows = np.flatnonzero(~slow) if slow.any() else None
+    if kpos is None:
+        keys: list = [None] * (n if rows is None else rows.shape[0])
+    else:
+        sel = np.arange(n) if rows is None else rows
+        _, head, inv = np.unique(khash[sel], return_index=True, return_inverse=True)
+        if not ck.same_key_bytes(buf, kst, ken, sel, sel[head][inv]):
+            return None  # (two keys with one hash: read the block by _block)
+        uniq = [raw[a:b].decode() for a, b in zip(kst[sel[head]].tolist(),
+                                                   ken[sel[head]].tolist(), strict=True)]
+        keys = list(map(uniq.__getitem__, inv.tolist()))
+    ts_col = None if tpos is None else (ts if rows is None else ts[rows])
+    val_col = values if rows is None else values[rows]
+    if rows is None:
+        return ColumnChunk(keys, ts_col, val_col, np.arange(first, first + n, dtype=np.int64),
+                           []), n
+    return _merge(src, texts, first, n, rows, keys, ts_col, val_col,
+                  np.ones(rows.shape[0], dtype=bool), set(np.flatnonzero(slow).tolist()),
+                  pos, ncol), n
+
+
+class _LineTexts:
+    """``texts[i]``: line ``i`` of a scanned block (``raw``, UTF-8), without its line break
+    (its last ``end`` bytes)."""
+
+    __slots__ = ("raw", "starts", "end")
+
+    def __init__(self, raw: bytes, starts: np.ndarray, end: int):
+        self.raw, self.starts, self.end = raw, starts, end
+
+    def __getitem__(self, i: int) -> str:
+        return self.raw[int(self.starts[i]):int(self.starts[i + 1]) - self.end].decode()
 
 
 def _split_lines(text: str) -> tuple[list[str], bool]:
@@ -223,7 +310,15 @@ def _block(src: CsvSource, texts: list[str], first: int, layout: tuple) -> Colum
         slow.update(bad if cand is None else [cand[i] for i in bad])
     if not slow:
         return ColumnChunk(keys, ts, values, np.arange(first, first + n, dtype=np.int64), [])
-    # Some lines take the record path's rule: merge them back in line order.
+    return _merge(src, texts, first, n, cand, keys, ts, values, ok, slow, pos, ncol)
+
+
+def _merge(src: CsvSource, texts: Any, first: int, n: int, cand: Any, keys: list,
+           ts: np.ndarray | None, values: np.ndarray, ok: np.ndarray, slow: set,
+           pos: dict, ncol: int) -> ColumnChunk:
+    """The chunk of ``n`` lines whose lines ``slow`` take the record path's rule (``texts[i]``
+    line ``i``'s text) and whose others, ``cand`` (None: all), gave ``keys``, ``ts`` and
+    ``values`` (rows not ``ok`` are among ``slow``): merged back in line order."""
     kind = np.zeros(n, dtype=np.int8)  # 0 a row, 1 a dead letter, 2 a blank line
     all_keys: list = [None] * n
     all_v = np.zeros(n)

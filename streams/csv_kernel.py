@@ -1,0 +1,195 @@
+"""A block of CSV lines scanned in one compiled pass: fields, plain numbers, key hashes.
+
+:func:`scan_lines` reads the bytes of complete lines (each ending with ``\\n``) once and,
+for each line, says whether it is plain (no quote, no NUL, no carriage return but the one of
+a ``\\r\\n`` line end; exactly ``ncol`` fields; its ``ts`` and ``value`` cells short numbers of the
+record path's grammar, :data:`~shiftwatch.streams.files._SHORT_NUMBER`), and for a plain
+line gives the numbers and where its key cell lies, with a 64-bit FNV-1a hash of the key's
+bytes. Every other line is left to the record path's own rule
+(:mod:`~shiftwatch.streams.columns`).
+
+A number is computed here only when the result is the double that Python's ``float`` gives
+for the text: the decimal digits, leading zeros dropped, make an integer ``m`` below
+``2**53`` and the decimal exponent ``e`` is within ``[-22, 22]``; ``m`` and ``10**|e|`` are
+then exact doubles, and one IEEE multiplication or division (correctly rounded) gives the
+correctly rounded value, which is what ``float`` gives (Clinger's fast path). Any other
+short number is flagged and read by ``float`` in Python (:data:`PY_TS`, :data:`PY_VALUE`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shiftwatch._jit import njit
+
+__all__ = ["scan_lines", "same_key_bytes", "PLAIN", "SLOW", "PY_TS", "PY_VALUE"]
+
+#: A line's status bits: plain; left to the record path's rule; its ts / value cell is a
+#: short number whose double ``float`` must give.
+PLAIN, SLOW, PY_TS, PY_VALUE = 0, 1, 2, 4
+
+_POW10 = np.array([10.0 ** k for k in range(23)])  # exact doubles 1e0 .. 1e22
+_FNV_OFFSET = np.uint64(14695981039346656037)
+_FNV_PRIME = np.uint64(1099511628211)
+
+
+@njit(cache=True)
+def _number(buf, s, e, pow10):
+    """The cell ``buf[s:e]``: (0 not a short number | 1 computed | 2 for ``float``, value)."""
+    i = s
+    neg = False
+    if i < e and (buf[i] == 43 or buf[i] == 45):  # + -
+        neg = buf[i] == 45
+        i += 1
+    if i >= e:
+        return 0, 0.0
+    m = np.uint64(0)
+    sig = 0  # significant digits in m
+    big = False  # more than 19 significant digits
+    d0 = buf[i]
+    if d0 == 48:  # "0": no digit may follow it in the integer part
+        i += 1
+        nint = 1
+    elif 49 <= d0 <= 57:
+        nint = 0
+        while i < e and 48 <= buf[i] <= 57:
+            nint += 1
+            if sig < 19:
+                m = m * np.uint64(10) + np.uint64(buf[i] - 48)
+                sig += 1
+            else:
+                big = True
+            i += 1
+        if nint > 100:
+            return 0, 0.0
+    else:
+        return 0, 0.0
+    nfrac = 0
+    if i < e and buf[i] == 46:  # .
+        i += 1
+        while i < e and 48 <= buf[i] <= 57:
+            nfrac += 1
+            d = buf[i] - 48
+            if sig == 0 and d == 0:
+                pass  # a leading zero of the fraction
+            elif sig < 19:
+                m = m * np.uint64(10) + np.uint64(d)
+                sig += 1
+            else:
+                big = True
+            i += 1
+        if nfrac == 0 or nfrac > 99:
+            return 0, 0.0
+    exp = 0
+    if i < e and (buf[i] == 101 or buf[i] == 69):  # e E
+        i += 1
+        eneg = False
+        if i < e and (buf[i] == 43 or buf[i] == 45):
+            eneg = buf[i] == 45
+            i += 1
+        ndig = 0
+        while i < e and 48 <= buf[i] <= 57:
+            if ndig < 9:
+                exp = exp * 10 + (buf[i] - 48)
+            ndig += 1
+            i += 1
+        if ndig == 0 or ndig > 9:
+            return 0, 0.0
+        if eneg:
+            exp = -exp
+    if i != e:
+        return 0, 0.0
+    if m == 0 and not big:
+        return 1, -0.0 if neg else 0.0
+    if big or m >= np.uint64(9007199254740992):  # 2**53
+        return 2, 0.0
+    k = exp - nfrac  # the value is m * 10**k (every digit is in m: not big)
+    if k > 22 or k < -22:
+        return 2, 0.0
+    x = float(m)
+    x = x * pow10[k] if k >= 0 else x / pow10[-k]
+    return 1, -x if neg else x
+
+
+@njit(cache=True)
+def scan_lines(buf, delim, ncol, kpos, tpos, vpos, max_abs, pow10, crlf):
+    """Scan the complete lines of ``buf`` (uint8; each ends with ``\\n``, or with
+    ``\\r\\n`` when ``crlf``: every ``\\r`` is then followed by ``\\n``).
+
+    Returns ``(starts, status, key_start, key_end, key_hash, ts, value)``: each line's first
+    byte (``starts[n]`` is one past the last line's ``\\n``), its status bits, the byte span
+    of its key cell and the key's hash (``kpos < 0``: none), its ts (``tpos < 0``: none) and
+    value. A plain line with a value or ts beyond ``max_abs`` is left to the record path.
+    Bytes above 127 (UTF-8, checked by the caller) may be in a key; a number holding one is
+    not a short number.
+    """
+    n = 0
+    for j in range(buf.shape[0]):
+        if buf[j] == 10:
+            n += 1
+    starts = np.empty(n + 1, np.int64)
+    status = np.zeros(n, np.int8)
+    kst = np.zeros(n, np.int64)
+    ken = np.zeros(n, np.int64)
+    khash = np.zeros(n, np.uint64)
+    ts = np.zeros(n, np.float64)
+    val = np.zeros(n, np.float64)
+    i = 0
+    for line in range(n):
+        starts[line] = i
+        field = 0
+        fs = i
+        bad = False
+        while True:
+            b = buf[i]
+            if crlf and b == 13:  # the \r of \r\n: the line's end
+                i += 1
+                b = 10
+            if b == 10 or b == delim:
+                if field == kpos:
+                    kst[line], ken[line] = fs, i
+                    h = _FNV_OFFSET
+                    for q in range(fs, i):
+                        h = (h ^ np.uint64(buf[q])) * _FNV_PRIME
+                    khash[line] = h
+                elif field == tpos or field == vpos:
+                    got, x = _number(buf, fs, i, pow10)
+                    if got == 0 or (got == 1 and not abs(x) <= max_abs):
+                        bad = True
+                    elif field == tpos:
+                        ts[line] = x
+                        if got == 2:
+                            status[line] |= 2
+                    else:
+                        val[line] = x
+                        if got == 2:
+                            status[line] |= 4
+                field += 1
+                fs = i + 1
+                if b == 10:
+                    break
+            elif b == 34 or b == 13 or b == 0:
+                bad = True
+            i += 1
+        i += 1
+        if bad or field != ncol:
+            status[line] = 1
+    starts[n] = i
+    return starts, status, kst, ken, khash, ts, val
+
+
+@njit(cache=True)
+def same_key_bytes(buf, kst, ken, rows, first):
+    """Whether each row in ``rows`` has the same key bytes as the row ``first[row's
+    group]``... given as ``first`` per row (the row whose key stands for its hash)."""
+    for r in range(rows.shape[0]):
+        a, b = rows[r], first[r]
+        if a == b:
+            continue
+        la = ken[a] - kst[a]
+        if la != ken[b] - kst[b]:
+            return False
+        for q in range(la):
+            if buf[kst[a] + q] != buf[kst[b] + q]:
+                return False
+    return True

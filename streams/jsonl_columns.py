@@ -1,0 +1,405 @@
+"""A JSON Lines file read in column batches: the key, ts and value fields of many lines at once.
+
+The replay's columnar path (:mod:`~shiftwatch.deploy.columnar`) reads a
+:class:`~shiftwatch.streams.files.JsonlSource` with :func:`jsonl_columns` instead of record by
+record (:func:`~shiftwatch.deploy.columnar.source_columns` picks the reader). Each
+:class:`~shiftwatch.streams.columns.ColumnChunk` holds, for the lines it covers, the accepted
+records as columns (``keys``, ``ts``, ``values``, ``lines``) and the lines that became dead
+letters.
+
+The result is the record path's, item for item. A block of lines is parsed by orjson in one
+call (``[line,line,...]``) when every line is *simple*: it begins with ``{``, ends with ``}``
+and holds no other brace, so that the n objects of the array are the n lines, one each (no
+brace is in a string, no object nests). Other lines are parsed one by one by orjson. A line
+goes through the record path's own rule instead (:func:`_slow_line`: ``parse_object`` and
+:meth:`~shiftwatch.streams.files.JsonlSource._record`, which read it with the standard
+library) when orjson might not read it as that rule does or when the rule must say why it
+is refused: a blank line, bytes that are not UTF-8, a run of 19 digits (orjson reads some
+such integers as floats), a line that may exceed the size or nesting limits of
+:mod:`~shiftwatch.codec`, a line orjson refuses (invalid JSON, NaN, a byte-order mark, a lone
+surrogate, a number beyond float range) or that is not an object, and an object whose value
+or ts is not a plain number (a float or an integer within
+:data:`~shiftwatch.records.MAX_ABS`: a missing field, a string, a boolean, null, an object,
+a list) or whose key is an object. So blank lines, undecodable bytes, CRLF, the tail of a
+damaged ``.gz`` file and every bad line give the same records and dead letters, with the
+same reasons, raws and line numbers.
+
+Keys are the record's keys (a string, a number, a boolean, None), with one exception: a list
+key comes as the tuple the keyed operators use for it
+(:meth:`~shiftwatch.operators.keyed.Keyed.normalize_key`), since the columnar path groups
+rows by key in dicts; it is written as the same JSON list. What columns cannot hold
+raises :class:`ColumnsUnfit`, and :func:`unfit` says so before a replay starts, which then
+takes the record path for the file: a value that is a list (a vector: the record path hands it to
+the operator, which refuses it), a key that cannot be hashed even as a tuple (a list holding
+an object) or that is NaN, and keys that are equal but written differently (``1``, ``1.0``
+and ``true``; ``0.0`` and ``-0.0``), which the operators take as one key while the record
+path writes each record's own spelling.
+
+Only what the columns can hold is read this way
+(:func:`~shiftwatch.streams.columns.columns_eligible`): one ``value`` field, optional ``key``
+and ``ts`` fields (dotted paths allowed), no ``ts_format``, no ``y``, ``task`` or ``extra``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from shiftwatch.codec import MAX_DEPTH, MAX_MESSAGE_BYTES, key_text, parse_object
+from shiftwatch.records import MAX_ABS, BadInput, DeadLetter
+from shiftwatch.streams.columns import CHUNK_CHARS, ColumnChunk, _split_lines, columns_eligible
+from shiftwatch.streams.files import (
+    _UNDECODABLE,
+    JsonlSource,
+    _damage_reason,
+    _open_text,
+    _raw,
+    _undecodable,
+)
+
+try:
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is a dependency (the record rule's parser)
+    from json import loads as _loads
+
+__all__ = ["ColumnsUnfit", "jsonl_columns", "unfit"]
+
+#: A run of this many digits sends a line to the record rule (orjson reads integers beyond
+#: 64 bits as floats where the standard library keeps them exact; ``codec._LONG_DIGITS``).
+_LONG_DIGITS = re.compile("[0-9]{19}").search
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_ZEROS = b"0" * 19
+#: Lines longer than this (in characters) take the record rule: up to 4 bytes a character,
+#: they may exceed ``MAX_MESSAGE_BYTES``.
+_LONG_LINE = MAX_MESSAGE_BYTES // 4
+_DICT = frozenset((dict,))
+_NUMBERS = frozenset((float, int))
+_PLAIN_KEYS = frozenset((str, type(None)))
+
+
+class ColumnsUnfit(ValueError):
+    """A line's record cannot be held in columns (see the module docstring): the replay takes
+    the record path for that file (:func:`unfit`)."""
+
+
+def jsonl_columns(source: JsonlSource, chunk_chars: int = CHUNK_CHARS) -> Iterator[ColumnChunk]:
+    """The items of ``source`` (see :func:`~shiftwatch.streams.columns.columns_eligible`) as
+    column chunks, in file order.
+
+    Counts blank lines in ``source.blank_lines``; ``source.close()`` closes an iteration
+    under way. Raises :class:`ColumnsUnfit` on a record the columns cannot hold.
+    """
+    if type(source) is not JsonlSource or not columns_eligible(source):
+        raise ValueError(f"{source!r} cannot be read in columns (see columns_eligible)")
+    it = _chunks(source, chunk_chars)
+    source._open.append(it)
+    return it
+
+
+class _Reader:
+    """What one iteration keeps: the source, its field getters, and the keys seen that are
+    not strings (to refuse keys equal but written differently)."""
+
+    def __init__(self, src: JsonlSource):
+        self.src = src
+        self.value = _getter(src._columns[0])
+        self.ts = _getter(src.ts) if src.ts else None
+        self.key = _getter(src.key) if src.key else None
+        self.seen: dict = {}
+
+    def block(self, texts: list[str], first: int) -> ColumnChunk:
+        """The lines ``first, first + 1, ...`` of the file (``texts``, without their line
+        breaks) as a chunk."""
+        n = len(texts)
+        objs = _parse(texts)
+        slow: set[int] = set()
+        if objs is None:  # not all simple and valid: line by line
+            objs, slow = _parse_lines(texts)
+        cand = None if not slow else [i for i in range(n) if i not in slow]
+        sub = objs if cand is None else [objs[i] for i in cand]
+        m = len(sub)
+        ok = np.ones(m, dtype=bool)
+        values = _numbers(self.value(sub), ok)
+        ts = _numbers(self.ts(sub), ok) if self.ts is not None else None
+        keys = self.key(sub) if self.key is not None else [None] * m
+        if not _PLAIN_KEYS.issuperset(map(type, keys)):
+            for i, k in enumerate(keys):
+                if type(k) is dict:
+                    ok[i] = False  # a dead letter, by the record rule
+                elif type(k) is list:
+                    keys[i] = _key_of(k)
+        if not ok.all():
+            bad = np.flatnonzero(~ok).tolist()
+            slow.update(bad if cand is None else [cand[i] for i in bad])
+        if not slow:
+            chunk = ColumnChunk(keys, ts, values, np.arange(first, first + n, dtype=np.int64),
+                                [])
+        else:
+            chunk = self._merge(texts, first, slow, cand, ok, keys, ts, values)
+        if chunk.keys and not _PLAIN_KEYS.issuperset(map(type, chunk.keys)):
+            self._check_keys(chunk)
+        return chunk
+
+    def _merge(self, texts: list[str], first: int, slow: set[int], cand: list[int] | None,
+               ok: np.ndarray, keys: list, ts: np.ndarray | None,
+               values: np.ndarray) -> ColumnChunk:
+        """The chunk, the lines in ``slow`` read by the record rule merged back in order."""
+        n = len(texts)
+        src = self.src
+        kind = np.zeros(n, dtype=np.int8)  # 0 a record, 1 a dead letter, 2 a blank line
+        all_keys: list = [None] * n
+        all_v = np.zeros(n)
+        all_t = np.zeros(n) if ts is not None else None
+        idx = np.arange(n) if cand is None else np.asarray(cand, dtype=np.int64)
+        okr = np.flatnonzero(ok)
+        take = idx[okr]
+        all_v[take] = values[okr]
+        if all_t is not None:
+            all_t[take] = ts[okr]
+        for i, k in zip(take.tolist(), okr.tolist(), strict=True):
+            all_keys[i] = keys[k]
+        dead_at: dict[int, DeadLetter] = {}
+        blanks = []
+        for i in sorted(slow):
+            item = _slow_line(src, texts[i], first + i)
+            if item is None:
+                kind[i] = 2
+                src.blank_lines += 1
+                blanks.append(first + i)
+            elif type(item) is dict:
+                v = item["value"]
+                if type(v) is not float:
+                    raise ColumnsUnfit(
+                        f"{src.path}, line {first + i}: a value that is a list (a vector) "
+                        "cannot be read in columns")
+                k = item["key"]
+                all_keys[i] = _key_of(k) if type(k) is list else k
+                all_v[i] = v
+                if all_t is not None:
+                    all_t[i] = item["ts"]
+            else:
+                kind[i] = 1
+                dead_at[i] = item
+        rows_ok = np.flatnonzero(kind == 0)
+        before = np.cumsum(kind == 0)  # records up to and including each line
+        dead = [(int(before[i]), dead_at[i]) for i in sorted(dead_at)]
+        return ColumnChunk([all_keys[i] for i in rows_ok.tolist()],
+                           None if all_t is None else all_t[rows_ok], all_v[rows_ok],
+                           rows_ok.astype(np.int64) + first, dead, blanks)
+
+    def _check_keys(self, chunk: ColumnChunk) -> None:
+        """Refuse keys the columnar path would merge or split unlike the record path."""
+        seen = self.seen
+        for i, k in enumerate(chunk.keys):
+            t = type(k)
+            if t is str or k is None:
+                continue
+            try:
+                was = seen.setdefault(k, k)
+            except TypeError:
+                self._unfit(chunk, i, "a key that cannot be hashed (a list holding an object)")
+            if t is float and k != k or t is tuple and "NaN" in key_text(k):
+                self._unfit(chunk, i, "a NaN key")
+            if was is k:
+                continue
+            if type(was) is not t or (t is float and k == 0.0 and str(was) != str(k)) or (
+                    t is tuple and key_text(was) != key_text(k)):
+                self._unfit(chunk, i, f"the key {key_text(k)}, equal to the key "
+                                      f"{key_text(was)} but written differently,")
+
+    def _unfit(self, chunk: ColumnChunk, i: int, what: str) -> None:
+        raise ColumnsUnfit(f"{self.src.path}, line {int(chunk.lines[i])}: {what} cannot be "
+                           "read in columns")
+
+
+def unfit(source: JsonlSource) -> str | None:
+    """Why ``source`` (:func:`~shiftwatch.streams.columns.columns_eligible`) cannot be read
+    in columns (:class:`ColumnsUnfit`'s message), or None: the file read once by
+    :func:`jsonl_columns` (about 0.6 s a million lines), before a replay chooses its path.
+    Blank lines counted meanwhile are reset by the next read."""
+    try:
+        for _ in jsonl_columns(source):
+            pass
+    except ColumnsUnfit as exc:
+        return str(exc)
+    finally:
+        source.close()
+    return None
+
+
+def _chunks(src: JsonlSource, chunk_chars: int) -> Iterator[ColumnChunk]:
+    src.blank_lines = 0
+    reader = _Reader(src)
+    f, guard = _open_text(src.path)
+    with f:
+        lineno = 0
+        rest = ""
+        while True:
+            data = f.read(chunk_chars)
+            if not data:
+                break
+            data = rest + data
+            cut = data.rfind("\n")
+            if cut < 0:
+                rest = data
+                continue
+            rest = data[cut + 1:]
+            lines, _ = _split_lines(data[:cut + 1])
+            yield reader.block(lines, lineno + 1)
+            lineno += len(lines)
+        tail = None
+        if rest:
+            lines, ended = _split_lines(rest)
+            if guard is not None and guard.error is not None and not ended:
+                tail = lines.pop()
+            if lines:
+                yield reader.block(lines, lineno + 1)
+                lineno += len(lines)
+        lineno += 1  # the line the damage cut short, or the one after the last
+        if guard is not None and guard.error is not None:
+            dead = src._dead(_raw(tail or ""), _damage_reason(guard.error, lineno - 1), lineno)
+            yield ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
+                              np.empty(0, dtype=np.int64), [(0, dead)])
+
+
+def _parse(texts: list[str]) -> list[dict] | None:
+    """The lines' objects parsed in one call when every line is simple (see the module
+    docstring) and within the limits, else None."""
+    n = len(texts)
+    joined = "\n".join(texts)
+    if not (joined[:1] == "{" and joined[-1:] == "}" and joined.count("}\n{") == n - 1
+            and joined.count("{") == n and joined.count("}") == n):
+        return None  # (each line begins with "{", ends with "}", holds no other brace)
+    if (not joined.isascii() and _UNDECODABLE.search(joined)) or _long_digits(joined):
+        return None
+    if len(joined) > _LONG_LINE and max(map(len, texts)) > _LONG_LINE:
+        return None
+    if joined.count("[") >= MAX_DEPTH and max(map(str.count, texts, repeat("["))) >= MAX_DEPTH:
+        return None  # (a line of more brackets may be nested beyond the limit)
+    try:
+        objs = _loads("[" + ",".join(texts) + "]")
+    except ValueError:
+        return None
+    # n objects from n lines of one "{" and one "}" each: object i is line i.
+    if len(objs) != n or not _DICT.issuperset(map(type, objs)):
+        return None
+    return objs
+
+
+def _long_digits(text: str) -> bool:
+    """Whether ``text`` holds a run of 19 digits (as ``_LONG_DIGITS``, ten times faster)."""
+    return _ZEROS in text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+
+
+def _simple(t: str) -> bool:
+    return (t[:1] == "{" and t[-1:] == "}" and t.count("{") == 1 and t.count("}") == 1
+            and t.count("[") < MAX_DEPTH)
+
+
+def _parse_lines(texts: list[str]) -> tuple[list[dict | None], set[int]]:
+    """The lines' objects (None for a line the record rule reads: in the set returned)."""
+    n = len(texts)
+    objs: list[dict | None] = [None] * n
+    slow: set[int] = set()
+    joined = "\n".join(texts)
+    if not joined.isascii() and _UNDECODABLE.search(joined):
+        slow.update(i for i, t in enumerate(texts) if _undecodable(t))
+    if _long_digits(joined):
+        slow.update(i for i, t in enumerate(texts) if _LONG_DIGITS(t))
+    simple = []
+    for i, t in enumerate(texts):
+        if i in slow:
+            continue
+        if len(t) > _LONG_LINE or not t.strip():
+            slow.add(i)
+        elif _simple(t):
+            simple.append(i)
+        elif t.count("{") + t.count("[") > MAX_DEPTH:
+            slow.add(i)
+        else:
+            objs[i] = _one(t)
+            if objs[i] is None:
+                slow.add(i)
+    if simple:
+        got = _parse([texts[i] for i in simple])
+        if got is None:
+            got = [_one(texts[i]) for i in simple]
+        for i, o in zip(simple, got, strict=True):
+            if o is None:
+                slow.add(i)
+            else:
+                objs[i] = o
+    return objs, slow
+
+
+def _one(text: str) -> dict | None:
+    """One line's object by orjson, or None (the record rule reads it)."""
+    try:
+        obj = _loads(text)
+    except ValueError:
+        return None
+    return obj if type(obj) is dict else None
+
+
+def _getter(path: str):
+    """A function: a list of objects -> the field ``path`` of each (None where absent, as
+    ``get_field(obj, path, None)``)."""
+    if "." not in path:
+        return lambda objs: list(map(dict.get, objs, repeat(path)))
+    parts = path.split(".")
+
+    def dig(obj: Any) -> Any:
+        for part in parts:
+            if type(obj) is dict and part in obj:
+                obj = obj[part]
+            else:
+                return None
+        return obj
+
+    return lambda objs: list(map(dig, objs))
+
+
+def _numbers(col: list, ok: np.ndarray) -> np.ndarray:
+    """A field as floats; ``ok`` loses the rows whose field is not a float or an integer of
+    magnitude within ``MAX_ABS`` (they take the record rule)."""
+    m = len(col)
+    if m == 0:
+        return np.empty(0)
+    if _NUMBERS.issuperset(map(type, col)):
+        out = np.array(col, dtype=np.float64)
+    else:
+        out = np.zeros(m)
+        for i, v in enumerate(col):
+            t = type(v)
+            if t is float or t is int:
+                out[i] = v
+            else:
+                ok[i] = False
+    big = ~(np.abs(out) <= MAX_ABS)
+    if big.any():
+        ok &= ~big
+    return out
+
+
+def _key_of(key: Any) -> Any:
+    # A list key as the keyed operators hold it (operators.keyed._key_of).
+    return tuple(_key_of(k) for k in key) if isinstance(key, list) else key
+
+
+def _slow_line(src: JsonlSource, text: str, lineno: int) -> dict | DeadLetter | None:
+    """One line by the record path's rule (``_FileSource._lines`` and ``JsonlSource._iter``):
+    None for a blank line, else a record or a dead letter."""
+    if not text.strip():
+        return None
+    if not text.isascii():
+        bad = _undecodable(text)
+        if bad is not None:
+            return src._dead(_raw(text), bad, lineno)
+    try:
+        return src._record(parse_object(text), 0)
+    except BadInput as exc:
+        return src._dead(text, str(exc), lineno)

@@ -1,0 +1,117 @@
+"""The compiled CSV scan (``streams/csv_kernel.py``) reads numbers as ``float`` does and
+lines as the column reader's Python rule does."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from test_columnar_replay_helpers import messy_ascii_csv
+
+from shiftwatch.records import MAX_ABS
+from shiftwatch.streams import columns
+from shiftwatch.streams.csv_kernel import _POW10, _number
+from shiftwatch.streams.files import _SHORT_NUMBER, CsvSource
+
+EDGES = ["0", "-0", "+0", "0.0", "-0.0", "0e5", "-0e-5", "1", "-1", "0.1", "0.3", "1.5e-3",
+         "9007199254740991", "9007199254740992", "9007199254740993", "1e22", "1e23", "1e-22",
+         "1e-23", "123456789012345678", "1234567890123456789", "12345678901234567890",
+         "4.9e-324", "2.2250738585072014e-308", "1.7976931348623157e308", "1e308", "1e309",
+         "0.000000000000000000000000001", "7.0e-10", "3.14159265358979323846",
+         "00", "007", ".5", "5.", "+.5", "-", "", "1e", "1e+", "1e1234567890", "1e123456789",
+         "1_0", "0x10", "nan", "inf", " 1", "1 ", "1.2.3", "--1", "1e5.5", "1" * 100,
+         "1" * 101, "1." + "1" * 99, "1." + "1" * 100, "0." + "0" * 30 + "17"]
+
+
+def _cell(rng: random.Random) -> str:
+    sign = rng.choice(["", "", "-", "+"])
+    whole = rng.choice(["0", str(rng.randrange(1, 10)) + "".join(
+        rng.choice("0123456789") for _ in range(rng.randrange(0, 22)))])
+    frac = "" if rng.random() < 0.3 else "." + "".join(
+        rng.choice("0123456789") for _ in range(rng.randrange(1, 24)))
+    exp = "" if rng.random() < 0.6 else rng.choice("eE") + rng.choice(["", "-", "+"]) + str(
+        rng.randrange(0, 40))
+    text = sign + whole + frac + exp
+    if rng.random() < 0.05:  # a broken one
+        k = rng.randrange(len(text) + 1)
+        text = text[:k] + rng.choice(".e+-0x ") + text[k:]
+    return text
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_numbers_are_what_float_gives(seed):
+    rng = random.Random(seed)
+    cells = EDGES + [_cell(rng) for _ in range(20000)]
+    computed = 0
+    for text in cells:
+        buf = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        got, x = _number(buf, 0, buf.shape[0], _POW10)
+        if _SHORT_NUMBER(text) is None:
+            assert got == 0, text
+            continue
+        assert got in (1, 2), text
+        if got == 1:
+            want = float(text)
+            assert x == want and np.signbit(x) == np.signbit(want), (text, x, want)
+            computed += 1
+    assert computed > 5000  # (half the cells have more than 15 digits: float reads them)
+
+
+def _chunks(path, opts, chunk, scan, monkeypatch):
+    monkeypatch.setattr(columns, "SCAN", scan)
+    src = CsvSource(path, **opts)
+    got = []
+    for c in columns.csv_columns(src, chunk):
+        got.append((list(c.keys), None if c.ts is None else c.ts.tobytes(),
+                    c.values.tobytes(), c.lines.tolist(),
+                    [(b, d.to_record()) for b, d in c.dead], list(c.blanks)))
+    return got, src.blank_lines
+
+
+@pytest.mark.parametrize("seed", range(9))
+@pytest.mark.parametrize("chunk", [1 << 16, 333, 50])
+def test_scanned_blocks_are_the_python_blocks(tmp_path, monkeypatch, seed, chunk):
+    """Chunk by chunk, bit for bit (values' and ts' bytes), dead letters and blank lines
+    included, on files with bad lines of every kind: ASCII, UTF-8 keys, CRLF line ends, a
+    lone carriage return, bytes that are not UTF-8."""
+    kw = [dict(), dict(ts=False), dict(key=False), dict(bad=0.3), dict(delim=";"),
+          dict(utf8=True), dict(crlf=True, utf8=True), dict(crlf=True, lone_cr=True),
+          dict(undecodable=True)][seed]
+    path = messy_ascii_csv(tmp_path / "s.csv", n=1500, seed=seed, **kw)
+    scanned = []
+    real = columns._scanned
+
+    def spy(*a):
+        got = real(*a)
+        scanned.append(got is not None)
+        return got
+
+    monkeypatch.setattr(columns, "_scanned", spy)
+    opts = {"key": "key"} if kw.get("key", True) else {}
+    if kw.get("ts", True):
+        opts["ts"] = "ts"
+    if "delim" in kw:
+        opts["delimiter"] = kw["delim"]
+    a = _chunks(path, opts, chunk, True, monkeypatch)
+    b = _chunks(path, opts, chunk, False, monkeypatch)
+    assert a == b
+    assert sum(len(c[0]) for c in a[0]) > 700
+    assert any(scanned) or seed >= 7  # (blocks with a lone \r or bytes not UTF-8: _block)
+    assert all(scanned) == (seed < 7)
+
+
+def test_a_hash_collision_falls_back(tmp_path, monkeypatch):
+    from shiftwatch.streams import csv_kernel
+
+    path = messy_ascii_csv(tmp_path / "s.csv", n=500, seed=9)
+    want = _chunks(path, {"key": "key", "ts": "ts"}, 1 << 16, False, monkeypatch)
+    monkeypatch.setattr(csv_kernel, "same_key_bytes", lambda *a: False)
+    assert _chunks(path, {"key": "key", "ts": "ts"}, 1 << 16, True, monkeypatch) == want
+
+
+def test_the_magnitude_limit():
+    for text in ("1e300", "-1e300", f"{MAX_ABS:.17g}", "9" * 40):
+        buf = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        got, x = _number(buf, 0, buf.shape[0], _POW10)
+        assert got == 2 or x == float(text)
