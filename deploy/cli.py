@@ -63,6 +63,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UserError("replay needs at least one --operator NAME (`auto` if you do not know "
                         "what will change; see `shiftwatch operators`)")
     ops = _build_operators(args.stages)  # validate before opening anything
+    parquet = getattr(args, "outputs_format", "jsonl") == "parquet"
+    if parquet:
+        from shiftwatch.sinks.parquet import require_pyarrow
+
+        try:
+            require_pyarrow()
+        except ImportError as exc:
+            raise UserError(f"--outputs-format parquet: {exc}") from None
     from shiftwatch.deploy.expiry import Expiry
 
     with user_input():
@@ -106,7 +114,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                     name=getattr(source, "name", args.source), operator=op_label,
                                     plots=not args.no_plots, parameters=parameters,
                                     channels=getattr(source, "columns", None), operators=ops)
-    outputs = JsonlSink(out / "outputs.jsonl", alarms_only=args.emit == "alarms")
+    if parquet:
+        from shiftwatch.sinks.parquet import ParquetSink
+
+        outputs = ParquetSink(out / "outputs.parquet", alarms_only=args.emit == "alarms")
+    else:
+        outputs = JsonlSink(out / "outputs.jsonl", alarms_only=args.emit == "alarms")
     sinks = [outputs, evaluation]
     if not args.quiet:
         sinks.append(ConsoleAlarmSink(stream=sys.stdout, max_rows=args.max_rows))
@@ -158,7 +171,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
               f"{c['suppressed']} over the per-key limit, {c['dropped']} dropped"
               + (f" (last error: {alerts.last_error})" if alerts.last_error else ""))
     done = set(evaluation.written) | ({str(outputs.path)} if outputs.written else set())
-    written = [str(p) for p in (out / "outputs.jsonl", out / "report.json", out / "keys.jsonl",
+    written = [str(p) for p in (Path(outputs.path), out / "report.json", out / "keys.jsonl",
                                 out / "report.html") if str(p) in done]
     if any(p.endswith(".png") for p in done):
         written.append(f"{out}/*.png")
@@ -484,8 +497,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="alert setting: format=json|slack, retries=3, backoff_s=0.5, "
                         "timeout_s=5, per_key_per_minute=10, queue_size=10000")
     r.add_argument("--emit", choices=["all", "alarms"], default="all",
-                   help="what outputs.jsonl holds: every output (default) or only alarms "
+                   help="what the outputs file holds: every output (default) or only alarms "
                         "(the report still scores every output)")
+    r.add_argument("--outputs-format", choices=["jsonl", "parquet"], default="jsonl",
+                   help="write the outputs as outputs.jsonl (default) or outputs.parquet "
+                        "(needs pyarrow: pip install 'shiftwatch[parquet]')")
     r.add_argument("--key-ttl", type=float, metavar="SECONDS", help="forget a key not seen for "
                    "SECONDS (of event time; see --key-clock); its next record starts it afresh")
     r.add_argument("--key-clock", default="event", choices=["event", "wall"],

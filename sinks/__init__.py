@@ -20,6 +20,7 @@ _LAZY = {
     "ConsoleAlarmSink": "shiftwatch.sinks.files",
     "MemorySink": "shiftwatch.sinks.files",
     "DeadLetterSink": "shiftwatch.sinks.files",
+    "ParquetSink": "shiftwatch.sinks.parquet",  # needs pyarrow (when it opens)
     "EvaluationSink": "shiftwatch.sinks.evaluation",
     "evaluate_detector": "shiftwatch.sinks.scoring",
     "merge_change_points": "shiftwatch.sinks.scoring",
