@@ -311,6 +311,13 @@ class _ColumnarRun:
 
     #: Rows per super-batch, at least (a multiple of ``batch_size``).
     SUPER_ROWS = 1 << 15
+    #: Rows per key per super-batch, at least (up to ``MAX_SUPER_ROWS``): the kernels that
+    #: go key by key pay a fixed cost per key and call, so with many keys a super-batch holds
+    #: more rows (10,000 keys: 640,000).
+    KEY_ROWS = 64
+    #: Rows per super-batch, at most (more keys than ``MAX_SUPER_ROWS / KEY_ROWS``: fewer
+    #: rows per key and call).
+    MAX_SUPER_ROWS = 1 << 21
 
     def __init__(self, pipeline: Any, kernel: Any, grouped: bool):
         self.p = pipeline
@@ -331,8 +338,7 @@ class _ColumnarRun:
         dead letters (:func:`~shiftwatch.deploy.local.stop_if_all_dead`)."""
 
         p = self.p
-        size = p.batch_size
-        big = size * max(1, -(-self.SUPER_ROWS // size))
+        big = self._super_rows(0)
         check = _AllDead(p.stop_if_all_dead)
         parts: list[tuple] = []  # (keys, ts, values, lines, offsets) read, not processed
         held = 0
@@ -370,7 +376,8 @@ class _ColumnarRun:
                 while held >= big:
                     batch, parts = _take(parts, big)
                     held -= big
-                    self._process(ex, batch, guard, bar, final=False)
+                    keys = self._process(ex, batch, guard, bar, final=False)
+                    big = max(big, self._super_rows(keys))
         except KeyboardInterrupt:
             ex.summary.interrupted = True
         if not check.done and check.n and not ex.summary.interrupted:
@@ -386,6 +393,13 @@ class _ColumnarRun:
                 ex.summary.interrupted = True
         self._count_to(ex, base)
         self._write_source_dead(ex, None)
+
+    def _super_rows(self, keys: int) -> int:
+        """Rows per super-batch for ``keys`` distinct keys in one: ``SUPER_ROWS``, or
+        ``KEY_ROWS`` a key up to ``MAX_SUPER_ROWS``, a multiple of ``batch_size``."""
+        size = self.p.batch_size
+        rows = max(self.SUPER_ROWS, min(self.MAX_SUPER_ROWS, self.KEY_ROWS * keys))
+        return size * max(1, -(-rows // size))
 
     def _count_to(self, ex: Any, items: int, line: int | None = None) -> None:
         """Count the source's items up to ``items``, and its blank lines before line
@@ -407,7 +421,7 @@ class _ColumnarRun:
             self.p._write_dead([ex.dead_letter(d) for _, d in todo[:k]])
             del todo[:k]
 
-    def _process(self, ex: Any, batch: tuple, guard: Any, bar: Any, final: bool) -> None:
+    def _process(self, ex: Any, batch: tuple, guard: Any, bar: Any, final: bool) -> int:
         """Run a super-batch through the kernel, then write it micro-batch by micro-batch as
         the record path does: the source's dead letters read before a micro-batch ended
         (before its last record; at the end of the stream all of them, before a last, partial
@@ -449,6 +463,7 @@ class _ColumnarRun:
                     rejections.batch([{"offset": o} for o in offs[lo:hi].tolist()], records)
             if bar is not None:
                 bar.update(n)
+        return len(uniq)
 
     def _group_dead(self, inputs: InputColumns, dead: list) -> dict[int, list]:
         """The operators' dead letters (``(stage, dead letter)``) by micro-batch, each

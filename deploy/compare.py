@@ -1,4 +1,4 @@
-"""``shiftwatch compare``: several detector chains over one log, read once, side by side.
+"""``shiftwatch compare``: several detector chains over one log, side by side.
 
 Choosing a detector means replaying the same history through several candidates. ``compare``
 reads and decodes the source once, keeps the decoded records (about 0.3 KB each, up to
@@ -216,8 +216,8 @@ def _write_table(out: Path, args: Any, rows: list[dict], read_s: float, how: str
 
 def add_parser(sub: Any, param_help: str) -> None:
     """The ``compare`` subcommand (see the module notes)."""
-    c = sub.add_parser("compare", help="run several detector chains over one log, read once, "
-                       "and compare their alarms and scores")
+    c = sub.add_parser("compare", help="run several detector chains over one log and compare "
+                       "their alarms and scores")
     c.add_argument("source", help="a .csv/.jsonl file, river:NAME or synth:NAME")
     c.add_argument("--chain", action="append", metavar="CHAIN",
                    help="a detector chain, e.g. 'cs' or 'standardize burn_in=30 -> "
@@ -230,6 +230,6 @@ def add_parser(sub: Any, param_help: str) -> None:
     c.add_argument("--batch-size", type=int, default=1000, help="records per micro-batch")
     c.add_argument("--no-plots", action="store_true", help="no PNG plots")
     c.add_argument("--cache-records", type=int, default=CACHE_RECORDS, metavar="N",
-                   help="keep at most N decoded records for the chains after the first "
+                   help="keep at most N decoded records for the chains that take them "
                         f"(default {CACHE_RECORDS:,}; beyond, a file is read again)")
     c.set_defaults(func=cmd_compare)

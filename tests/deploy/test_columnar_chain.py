@@ -84,6 +84,7 @@ def test_values_the_detector_refuses(monkeypatch, capsys, tmp_path, batch):
 
 def test_many_super_batches(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(columnar._ColumnarRun, "SUPER_ROWS", 64)
+    monkeypatch.setattr(columnar._ColumnarRun, "KEY_ROWS", 1)
     path = messy_csv(tmp_path / "s.csv", n=1500, seed=12)
     for batch in ("7", "1000"):
         _same(monkeypatch, capsys, tmp_path / batch, path, CHAIN + KEYED, "all",

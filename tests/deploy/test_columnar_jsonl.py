@@ -95,6 +95,7 @@ def test_a_damaged_gz_file(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize("op", ["cs", "adwin", "chain"])
 def test_many_super_batches(monkeypatch, capsys, tmp_path, op):
     monkeypatch.setattr(columnar._ColumnarRun, "SUPER_ROWS", 64)
+    monkeypatch.setattr(columnar._ColumnarRun, "KEY_ROWS", 1)
     path = messy_jsonl(tmp_path / "s.jsonl", n=1500, seed=13)
     for batch in ("7", "1000"):
         _both(monkeypatch, capsys, tmp_path / batch, path, op, KEYED, "all",

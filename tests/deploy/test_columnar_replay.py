@@ -296,7 +296,26 @@ def test_a_write_that_fails_midway_leaves_the_same_files(monkeypatch, capsys, tm
 def test_many_super_batches(monkeypatch, capsys, tmp_path, op):
     """Super-batches (the kernels' calls) of 70 rows over micro-batches of 7 and 1000."""
     monkeypatch.setattr(columnar._ColumnarRun, "SUPER_ROWS", 64)
+    monkeypatch.setattr(columnar._ColumnarRun, "KEY_ROWS", 1)
     path = messy_csv(tmp_path / "s.csv", n=1500, seed=12)
     for batch in ("7", "1000"):
         _same(monkeypatch, capsys, tmp_path / batch, path, ["--operator", op] + KEYED, "all",
               ["--batch-size", batch])
+
+
+def test_super_batches_grow_with_the_keys(monkeypatch, capsys, tmp_path):
+    """With many keys a super-batch holds ``KEY_ROWS`` rows a key (up to ``MAX_SUPER_ROWS``):
+    the kernels that go key by key pay their fixed cost per key and call less often; the
+    files are the same."""
+    monkeypatch.setattr(columnar._ColumnarRun, "SUPER_ROWS", 64)
+    monkeypatch.setattr(columnar._ColumnarRun, "KEY_ROWS", 30)  # 40 keys: 1,200 rows, 700
+    monkeypatch.setattr(columnar._ColumnarRun, "MAX_SUPER_ROWS", 700)
+    sizes = []
+    real = columnar._ColumnarRun._process
+    monkeypatch.setattr(columnar._ColumnarRun, "_process",
+                        lambda self, ex, batch, *a, **k: sizes.append(len(batch[0]))
+                        or real(self, ex, batch, *a, **k))
+    path = messy_csv(tmp_path / "s.csv", n=5000, keys=40, seed=14)
+    _same(monkeypatch, capsys, tmp_path, path, ["--operator", "river:ADWIN"] + KEYED, "all",
+          ["--batch-size", "10"])
+    assert sizes[0] == 70 and sizes[1] == 700 and len(sizes) < 10

@@ -62,6 +62,7 @@ def test_same_files_as_the_record_path(monkeypatch, capsys, tmp_path, params, em
 @pytest.mark.parametrize("batch", ["1", "37", "5000"])
 def test_same_files_for_batch_sizes_and_super_batches(monkeypatch, capsys, tmp_path, batch):
     monkeypatch.setattr(columnar._ColumnarRun, "SUPER_ROWS", 300)
+    monkeypatch.setattr(columnar._ColumnarRun, "KEY_ROWS", 1)
     path = periodic_csv(tmp_path / "s.csv", n=4000, keys=3, seed=2, ts=batch != "37")
     opts = KEYED if batch != "37" else ["--source-opt", "key=key"]
     _same(monkeypatch, capsys, tmp_path, path, ["--operator", "shape"] + opts, "all",
