@@ -59,13 +59,18 @@ RECORD_PATH_ENV = "SHIFTWATCH_RECORD_PATH"
 class InputColumns:
     """A micro-batch's input records as columns (what sinks with ``write_input_columns``
     get): ``keys`` (distinct, in order of first appearance), ``inv`` (each row's index into
-    them), ``offsets``, ``ts`` (None: no ts) and ``values``."""
+    them), ``offsets``, ``ts`` (None: no ts) and ``values``; ``gids``, each key's number in
+    the run (the same key, the same number; numbers are not in any order), and
+    ``gid_space``, the run's object whose numbers those are (a sink that keeps something per
+    key number keeps it for that run: ``gids`` may be None)."""
 
-    __slots__ = ("keys", "inv", "offsets", "ts", "values")
+    __slots__ = ("keys", "inv", "offsets", "ts", "values", "gids", "gid_space")
 
     def __init__(self, keys: list, inv: np.ndarray, offsets: np.ndarray,
-                 ts: np.ndarray | None, values: np.ndarray):
+                 ts: np.ndarray | None, values: np.ndarray, gids: np.ndarray | None = None,
+                 gid_space: Any = None):
         self.keys, self.inv, self.offsets, self.ts, self.values = keys, inv, offsets, ts, values
+        self.gids, self.gid_space = gids, gid_space
 
     def __len__(self) -> int:
         return self.offsets.shape[0]
@@ -87,17 +92,21 @@ class OutputColumns:
     """A micro-batch's outputs as columns, in input order (what sinks with
     ``write_columns`` / ``write_output_columns`` get).
 
-    ``keys``/``inv``, ``offsets``, ``ts`` (None: no ts) as :class:`InputColumns`, ``alarm``
-    (booleans), ``fields`` (the output fields after ``alarm``, in order: float arrays with
-    NaN for ``None``, or boolean arrays), ``special`` (``{row: output}``: the rows whose
-    output is more than the columns, alarms with ``change_at``; written as they are)."""
+    ``keys``/``inv``, ``offsets``, ``ts`` (None: no ts), ``gids``/``gid_space`` as
+    :class:`InputColumns`, ``alarm`` (booleans), ``fields`` (the output fields after
+    ``alarm``, in order: float arrays with NaN for ``None``, or boolean arrays), ``special``
+    (``{row: output}``: the rows whose output is more than the columns, alarms with
+    ``change_at``; written as they are)."""
 
-    __slots__ = ("keys", "inv", "offsets", "ts", "alarm", "fields", "special")
+    __slots__ = ("keys", "inv", "offsets", "ts", "alarm", "fields", "special", "gids",
+                 "gid_space")
 
     def __init__(self, keys: list, inv: np.ndarray, offsets: np.ndarray,
-                 ts: np.ndarray | None, alarm: np.ndarray, fields: dict, special: dict):
+                 ts: np.ndarray | None, alarm: np.ndarray, fields: dict, special: dict,
+                 gids: np.ndarray | None = None, gid_space: Any = None):
         self.keys, self.inv, self.offsets, self.ts = keys, inv, offsets, ts
         self.alarm, self.fields, self.special = alarm, fields, special
+        self.gids, self.gid_space = gids, gid_space
 
     def __len__(self) -> int:
         return self.offsets.shape[0]
@@ -247,22 +256,16 @@ class _Positions:
     the inputs and accepted records so far, and the positions of its rejected inputs."""
 
     def __init__(self) -> None:
-        self.gid: dict = {}
         self.n_in = np.zeros(16, dtype=np.int64)
         self.n_det = np.zeros(16, dtype=np.int64)
         self.rejected: dict[int, list[int]] = {}
 
-    def batch(self, keys: list, inv: np.ndarray, accepted: np.ndarray,
+    def batch(self, ids: np.ndarray, inv: np.ndarray, accepted: np.ndarray,
               special: dict[int, dict]) -> None:
-        gid = self.gid
-        ids = np.empty(len(keys), dtype=np.int64)
-        for u, k in enumerate(keys):
-            g = gid.get(k)
-            if g is None:
-                g = gid[k] = len(gid)
-            ids[u] = g
-        if len(gid) > self.n_in.shape[0]:
-            size = 2 * len(gid)
+        """A micro-batch: ``ids`` its keys' numbers in the run, ``inv`` each row's key."""
+        top = int(ids.max()) + 1 if ids.shape[0] else 0
+        if top > self.n_in.shape[0]:
+            size = 2 * top
             self.n_in = np.r_[self.n_in, np.zeros(size - self.n_in.shape[0], np.int64)]
             self.n_det = np.r_[self.n_det, np.zeros(size - self.n_det.shape[0], np.int64)]
         all_ok = bool(accepted.all())
@@ -313,8 +316,8 @@ class _ColumnarRun:
     SUPER_ROWS = 1 << 15
     #: Rows per key per super-batch, at least (up to ``MAX_SUPER_ROWS``): the kernels that
     #: go key by key pay a fixed cost per key and call, so with many keys a super-batch holds
-    #: more rows (10,000 keys: 640,000).
-    KEY_ROWS = 64
+    #: more rows (10,000 keys: 2,097,152, the most).
+    KEY_ROWS = 256
     #: Rows per super-batch, at most (more keys than ``MAX_SUPER_ROWS / KEY_ROWS``: fewer
     #: rows per key and call).
     MAX_SUPER_ROWS = 1 << 21
@@ -329,6 +332,7 @@ class _ColumnarRun:
         self.pending: list[tuple[int, DeadLetter]] = []  # source dead letters to write
         self.positions: _Positions | None = None
         self.read = 0  # items read from the source so far
+        self.gid: dict = {}  # each key's number in the run (InputColumns.gids)
         self.blanks: list[int] = []  # the numbers of the blank lines read so far
 
     def run(self, ex: Any, guard: Any, bar: Any, all_dead: Any) -> None:
@@ -433,7 +437,10 @@ class _ColumnarRun:
         index = {k: i for i, k in enumerate(uniq)}
         n = offs.shape[0]
         inv = np.fromiter(map(index.__getitem__, keys_rows), dtype=np.int64, count=n)
-        inputs = InputColumns(uniq, inv, offs, ts, values)
+        gid = self.gid
+        gids = np.fromiter((gid.setdefault(k, len(gid)) for k in uniq), dtype=np.int64,
+                           count=len(uniq))
+        inputs = InputColumns(uniq, inv, offs, ts, values, gids, gid)
         size = self.p.batch_size
         with guard.deferred():
             accepted, alarm, fields, special, dead = self.kernel(
@@ -498,7 +505,7 @@ class _ColumnarRun:
         p = self.p
         all_ok = bool(accepted.all())
         if self.positions is not None:
-            self.positions.batch(inputs.keys, inputs.inv, accepted, special)
+            self.positions.batch(inputs.gids, inputs.inv, accepted, special)
         for o in special.values():  # clamp_change_ts
             c = o.get("change_ts")
             t = o.get("ts")
@@ -506,14 +513,15 @@ class _ColumnarRun:
                 o["change_ts"] = t
         if all_ok:
             out = OutputColumns(inputs.keys, inputs.inv, inputs.offsets, inputs.ts, alarm,
-                                fields, special)
+                                fields, special, inputs.gids, inputs.gid_space)
         else:
             rows = np.flatnonzero(accepted)
             remap = {int(i): j for j, i in enumerate(rows.tolist())}
             out = OutputColumns(inputs.keys, inputs.inv[rows], inputs.offsets[rows],
                                 None if inputs.ts is None else inputs.ts[rows], alarm[rows],
                                 {k: v[rows] for k, v in fields.items()},
-                                {remap[i]: o for i, o in special.items()})
+                                {remap[i]: o for i, o in special.items()},
+                                inputs.gids, inputs.gid_space)
         n_out = len(out)
         n_alarms = int(np.count_nonzero(out.alarm))
         s = ex.summary
@@ -546,12 +554,15 @@ def _part(inputs: InputColumns, lo: int, hi: int) -> InputColumns:
     if lo == 0 and hi == len(inputs):
         return inputs
     inv = inputs.inv[lo:hi]
-    present = list(dict.fromkeys(inv.tolist()))  # in order of first appearance
+    u, first = np.unique(inv, return_index=True)
+    present = u[np.argsort(first, kind="stable")]  # in order of first appearance
     remap = np.empty(len(inputs.keys), dtype=np.int64)
-    remap[present] = np.arange(len(present))
+    remap[present] = np.arange(present.shape[0])
     keys = inputs.keys
-    return InputColumns([keys[u] for u in present], remap[inv], inputs.offsets[lo:hi],
-                        None if inputs.ts is None else inputs.ts[lo:hi], inputs.values[lo:hi])
+    return InputColumns([keys[j] for j in present.tolist()], remap[inv],
+                        inputs.offsets[lo:hi], None if inputs.ts is None else inputs.ts[lo:hi],
+                        inputs.values[lo:hi],
+                        None if inputs.gids is None else inputs.gids[present], inputs.gid_space)
 
 
 def _head(offs: np.ndarray, fresh: list) -> list[tuple[int, DeadLetter | None]]:

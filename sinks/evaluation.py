@@ -259,6 +259,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         self._in_key, self._in_off = array("q"), array("q")
         self._in_ts, self._in_val = array("d"), array("d")
         self._kinds: dict[int, tuple[str, int]] = {}
+        self._kinds_not_scalar = 0  # how many of _kinds are not SCALAR
         self._vectors: dict[int, list[tuple]] = {}  # key -> values of a vector-valued key
         self._out_key, self._out_off = array("q"), array("q")
         self._out_alarm, self._out_change_at = array("b"), array("q")
@@ -352,13 +353,15 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         """:meth:`write_inputs` of a column batch of scalar inputs (the replay's columnar
         path, :class:`~shiftwatch.deploy.columnar.InputColumns`): the same columns kept."""
         kinds = self._kinds
-        ids = self._kids(columns.keys)
-        if any(kinds.get(k, SCALAR) is not SCALAR for k in ids):
-            self.write_inputs(columns.records())  # (a key of vectors: not expected)
-            return
-        for k in ids:
-            if k not in kinds:
-                kinds[k] = SCALAR
+        ids = self._kids(columns.keys, columns)
+        if len(kinds) < len(self._keys) or self._kinds_not_scalar:
+            # (a key without a kind, or one of vectors: key by key)
+            if any(kinds.get(k, SCALAR) is not SCALAR for k in ids):
+                self.write_inputs(columns.records())  # (a key of vectors: not expected)
+                return
+            for k in ids:
+                if k not in kinds:
+                    kinds[k] = SCALAR
         n = len(columns)
         self._in_key.frombytes(np.asarray(ids, dtype=np.int64)[columns.inv].tobytes())
         self._in_off.frombytes(_offsets(columns.offsets).tobytes())
@@ -367,13 +370,29 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         self._in_val.frombytes(np.ascontiguousarray(columns.values,
                                                     dtype=np.float64).tobytes())
 
-    def _kids(self, keys: list) -> list[int]:
+    def _kids(self, keys: list, columns: Any = None) -> list[int]:
         """:meth:`_kid` of each of ``keys`` (a column batch's distinct keys; the outputs of a
-        batch share the inputs' list)."""
+        batch share the inputs' list). With the keys' numbers in the run (``columns.gids``),
+        a key already met is found by its number (no lookup per key and batch); the keys met
+        for the first time take :meth:`_kid`, in order."""
         last = self.__dict__.get("_last_kids")
         if last is not None and last[0] is keys:
             return last[1]
-        ids = [self._kid(k) for k in keys]
+        gids = getattr(columns, "gids", None)
+        if gids is None:
+            ids = [self._kid(k) for k in keys]
+        else:
+            space, table = self.__dict__.get("_kid_table", (None, None))
+            if space is not columns.gid_space:
+                space, table = columns.gid_space, np.full(1024, -1, dtype=np.int64)
+            top = int(gids.max()) + 1
+            if top > table.shape[0]:
+                table = np.r_[table, np.full(2 * top - table.shape[0], -1, dtype=np.int64)]
+            got = table[gids]
+            for j in np.flatnonzero(got < 0).tolist():
+                got[j] = table[gids[j]] = self._kid(keys[j])
+            self._kid_table = (space, table)
+            ids = got.tolist()
         self._last_kids = (keys, ids)
         return ids
 
@@ -381,7 +400,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         """:meth:`write` of a column batch of detector outputs (the replay's columnar path,
         :class:`~shiftwatch.deploy.columnar.OutputColumns`): the same columns kept."""
         n = len(columns)
-        ids = np.asarray(self._kids(columns.keys), dtype=np.int64)
+        ids = np.asarray(self._kids(columns.keys, columns), dtype=np.int64)
         alarm = columns.alarm.astype(np.int8)
         change_at = np.full(n, -1, dtype=np.int64)
         stats = {}
@@ -414,6 +433,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         else:
             if kind is None:
                 kind = self._kinds[k] = value_kind(arr)
+                self._kinds_not_scalar += kind is not SCALAR
             point = plot_value(kind, arr)
         if kind is not None and kind[0] == "coords":
             self._vectors.setdefault(k, []).append(point)

@@ -183,7 +183,7 @@ class JsonlSink(_FileSink):
             self._skipped += n - len(rows)
             n = len(rows)
         elif n:
-            tokens = [self._key_tokens(columns.keys, columns.inv)]
+            tokens = [self._key_tokens(columns.keys, columns.inv, columns)]
             if columns.ts is not None:
                 tokens.append(_tokens(columns.ts))
             tokens.append(_tokens(columns.offsets))
@@ -213,8 +213,24 @@ class JsonlSink(_FileSink):
             raise self._failed(exc) from exc
         self._count += n
 
-    def _key_tokens(self, keys: list, inv: np.ndarray) -> list[str]:
-        """Each row's key as JSON (``keys`` the distinct keys, ``inv`` each row's index)."""
+    def _key_tokens(self, keys: list, inv: np.ndarray, columns: Any = None) -> list[str]:
+        """Each row's key as JSON (``keys`` the distinct keys, ``inv`` each row's index;
+        ``columns.gids``, the keys' numbers in the run, when given: a key's JSON is kept by
+        its number, no lookup per key and batch)."""
+        gids = getattr(columns, "gids", None)
+        if gids is not None:
+            space, table = self.__dict__.get("_key_json_table", (None, None))
+            if space is not columns.gid_space:
+                space, table = columns.gid_space, []
+            top = int(gids.max()) + 1
+            if top > len(table):
+                table.extend([None] * (top - len(table)))
+            g = gids.tolist()
+            encoded = [table[i] for i in g]
+            for j in [j for j, t in enumerate(encoded) if t is None]:
+                encoded[j] = table[g[j]] = _dumps(keys[j])
+            self._key_json_table = (space, table)
+            return list(map(encoded.__getitem__, inv.tolist()))
         cache = self.__dict__.setdefault("_key_json", {})
         if len(cache) > 100_000:
             cache.clear()

@@ -319,3 +319,11 @@ def test_super_batches_grow_with_the_keys(monkeypatch, capsys, tmp_path):
     _same(monkeypatch, capsys, tmp_path, path, ["--operator", "river:ADWIN"] + KEYED, "all",
           ["--batch-size", "10"])
     assert sizes[0] == 70 and sizes[1] == 700 and len(sizes) < 10
+
+
+@pytest.mark.parametrize("op", ["cs", "river:ADWIN"])
+def test_many_keys(monkeypatch, capsys, tmp_path, op):
+    """300 keys, most of them in every micro-batch (the sinks keep each key's number)."""
+    path = messy_csv(tmp_path / "s.csv", n=8000, keys=300, seed=15)
+    _same(monkeypatch, capsys, tmp_path, path, ["--operator", op] + KEYED, "all",
+          ["--batch-size", "700"])
