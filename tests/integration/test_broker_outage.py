@@ -202,7 +202,10 @@ def test_probes_follow_a_lost_broker_and_the_stage_recovers_on_an_empty_one(tmp_
         broker, bootstrap = start_broker(port=port, log=log)
         _create_input(bootstrap)
         produce(bootstrap, "outage.raw", sensor_records(40, keys=6, seed=5))
-        wait_for(lambda: _probe(server.port, "/readyz")[0] == 200 or not thread.is_alive(), 90,
+        # (A bound, not the time measured: on kafka-python, under a loaded parallel run, the
+        # stage took over 90 s to notice the new, empty broker once in 2026-12-04's CI run;
+        # the known bug skipped in the test below.)
+        wait_for(lambda: _probe(server.port, "/readyz")[0] == 200 or not thread.is_alive(), 180,
                  "the stage to be ready again on the new broker")
         assert thread.is_alive(), f"the stage stopped: {result}"
         # Every input of the new history has an output (the stage recovered) ...
