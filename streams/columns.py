@@ -246,7 +246,7 @@ def _scanned(src: CsvSource, text: str, first: int, layout: tuple
                            []), n
     return _merge(src, texts, first, n, rows, keys, ts_col, val_col,
                   np.ones(rows.shape[0], dtype=bool), set(np.flatnonzero(slow).tolist()),
-                  pos, ncol), n
+                  lambda text, lineno: _slow_line(src, text, lineno, pos, ncol)), n
 
 
 class _LineTexts:
@@ -310,15 +310,18 @@ def _block(src: CsvSource, texts: list[str], first: int, layout: tuple) -> Colum
         slow.update(bad if cand is None else [cand[i] for i in bad])
     if not slow:
         return ColumnChunk(keys, ts, values, np.arange(first, first + n, dtype=np.int64), [])
-    return _merge(src, texts, first, n, cand, keys, ts, values, ok, slow, pos, ncol)
+    return _merge(src, texts, first, n, cand, keys, ts, values, ok, slow,
+                  lambda text, lineno: _slow_line(src, text, lineno, pos, ncol))
 
 
-def _merge(src: CsvSource, texts: Any, first: int, n: int, cand: Any, keys: list,
+def _merge(src: Any, texts: Any, first: int, n: int, cand: Any, keys: list,
            ts: np.ndarray | None, values: np.ndarray, ok: np.ndarray, slow: set,
-           pos: dict, ncol: int) -> ColumnChunk:
-    """The chunk of ``n`` lines whose lines ``slow`` take the record path's rule (``texts[i]``
-    line ``i``'s text) and whose others, ``cand`` (None: all), gave ``keys``, ``ts`` and
-    ``values`` (rows not ``ok`` are among ``slow``): merged back in line order."""
+           line_item: Any) -> ColumnChunk:
+    """The chunk of ``n`` lines whose lines ``slow`` take the record path's rule
+    (``line_item(text, line number)``: None for a blank line, a record or a dead letter;
+    ``texts[i]`` line ``i``'s text) and whose others, ``cand`` (None: all), gave ``keys``,
+    ``ts`` and ``values`` (rows not ``ok`` are among ``slow``): merged back in line order.
+    (The CSV and the JSON Lines readers'.)"""
     kind = np.zeros(n, dtype=np.int8)  # 0 a row, 1 a dead letter, 2 a blank line
     all_keys: list = [None] * n
     all_v = np.zeros(n)
@@ -334,7 +337,7 @@ def _merge(src: CsvSource, texts: Any, first: int, n: int, cand: Any, keys: list
     dead_at: dict[int, DeadLetter] = {}
     blanks = []
     for i in sorted(slow):
-        item = _slow_line(src, texts[i], first + i, pos, ncol)
+        item = line_item(texts[i], first + i)
         if item is None:
             kind[i] = 2
             src.blank_lines += 1

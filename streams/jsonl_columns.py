@@ -51,7 +51,13 @@ import numpy as np
 
 from shiftwatch.codec import MAX_DEPTH, MAX_MESSAGE_BYTES, key_text, parse_object
 from shiftwatch.records import MAX_ABS, BadInput, DeadLetter
-from shiftwatch.streams.columns import CHUNK_CHARS, ColumnChunk, _split_lines, columns_eligible
+from shiftwatch.streams.columns import (
+    CHUNK_CHARS,
+    ColumnChunk,
+    _merge,
+    _split_lines,
+    columns_eligible,
+)
 from shiftwatch.streams.files import (
     _UNDECODABLE,
     JsonlSource,
@@ -148,48 +154,21 @@ class _Reader:
                ok: np.ndarray, keys: list, ts: np.ndarray | None,
                values: np.ndarray) -> ColumnChunk:
         """The chunk, the lines in ``slow`` read by the record rule merged back in order."""
-        n = len(texts)
         src = self.src
-        kind = np.zeros(n, dtype=np.int8)  # 0 a record, 1 a dead letter, 2 a blank line
-        all_keys: list = [None] * n
-        all_v = np.zeros(n)
-        all_t = np.zeros(n) if ts is not None else None
-        idx = np.arange(n) if cand is None else np.asarray(cand, dtype=np.int64)
-        okr = np.flatnonzero(ok)
-        take = idx[okr]
-        all_v[take] = values[okr]
-        if all_t is not None:
-            all_t[take] = ts[okr]
-        for i, k in zip(take.tolist(), okr.tolist(), strict=True):
-            all_keys[i] = keys[k]
-        dead_at: dict[int, DeadLetter] = {}
-        blanks = []
-        for i in sorted(slow):
-            item = _slow_line(src, texts[i], first + i)
-            if item is None:
-                kind[i] = 2
-                src.blank_lines += 1
-                blanks.append(first + i)
-            elif type(item) is dict:
-                v = item["value"]
-                if type(v) is not float:
-                    raise ColumnsUnfit(
-                        f"{src.path}, line {first + i}: a value that is a list (a vector) "
-                        "cannot be read in columns")
+
+        def line_item(text: str, lineno: int) -> dict | DeadLetter | None:
+            item = _slow_line(src, text, lineno)
+            if type(item) is dict:
+                if type(item["value"]) is not float:
+                    raise ColumnsUnfit(f"{src.path}, line {lineno}: a value that is a list (a "
+                                       "vector) cannot be read in columns")
                 k = item["key"]
-                all_keys[i] = _key_of(k) if type(k) is list else k
-                all_v[i] = v
-                if all_t is not None:
-                    all_t[i] = item["ts"]
-            else:
-                kind[i] = 1
-                dead_at[i] = item
-        rows_ok = np.flatnonzero(kind == 0)
-        before = np.cumsum(kind == 0)  # records up to and including each line
-        dead = [(int(before[i]), dead_at[i]) for i in sorted(dead_at)]
-        return ColumnChunk([all_keys[i] for i in rows_ok.tolist()],
-                           None if all_t is None else all_t[rows_ok], all_v[rows_ok],
-                           rows_ok.astype(np.int64) + first, dead, blanks)
+                if type(k) is list:
+                    item = dict(item, key=_key_of(k))
+            return item
+
+        return _merge(src, texts, first, len(texts), cand, keys, ts, values, ok, slow,
+                      line_item)
 
     def _check_keys(self, chunk: ColumnChunk) -> None:
         """Refuse keys the columnar path would merge or split unlike the record path."""
