@@ -559,7 +559,7 @@ def _part(inputs: InputColumns, lo: int, hi: int) -> InputColumns:
     remap = np.empty(len(inputs.keys), dtype=np.int64)
     remap[present] = np.arange(present.shape[0])
     keys = inputs.keys
-    return InputColumns([keys[j] for j in present.tolist()], remap[inv],
+    return InputColumns(list(map(keys.__getitem__, present.tolist())), remap[inv],
                         inputs.offsets[lo:hi], None if inputs.ts is None else inputs.ts[lo:hi],
                         inputs.values[lo:hi],
                         None if inputs.gids is None else inputs.gids[present], inputs.gid_space)

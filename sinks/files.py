@@ -226,8 +226,8 @@ class JsonlSink(_FileSink):
             if top > len(table):
                 table.extend([None] * (top - len(table)))
             g = gids.tolist()
-            encoded = [table[i] for i in g]
-            for j in [j for j, t in enumerate(encoded) if t is None]:
+            encoded = list(map(table.__getitem__, g))
+            for j in [j for j, t in enumerate(encoded) if t is None] if None in encoded else ():
                 encoded[j] = table[g[j]] = _dumps(keys[j])
             self._key_json_table = (space, table)
             return list(map(encoded.__getitem__, inv.tolist()))
