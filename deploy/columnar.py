@@ -42,7 +42,6 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from functools import partial
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -333,6 +332,7 @@ class _ColumnarRun:
         self.positions: _Positions | None = None
         self.read = 0  # items read from the source so far
         self.gid: dict = {}  # each key's number in the run (InputColumns.gids)
+        self.key_of: list = []  # the key of each number
         self.blanks: list[int] = []  # the numbers of the blank lines read so far
 
     def run(self, ex: Any, guard: Any, bar: Any, all_dead: Any) -> None:
@@ -375,7 +375,8 @@ class _ColumnarRun:
                 base += m + nd
                 self.read = base
                 if m:
-                    parts.append((chunk.keys, chunk.ts, chunk.values, chunk.lines, offs))
+                    parts.append((self._codes(chunk), chunk.ts, chunk.values, chunk.lines,
+                                  offs))
                     held += m
                 while held >= big:
                     batch, parts = _take(parts, big)
@@ -397,6 +398,24 @@ class _ColumnarRun:
                 ex.summary.interrupted = True
         self._count_to(ex, base)
         self._write_source_dead(ex, None)
+
+    def _codes(self, chunk: Any) -> np.ndarray:
+        """Each row's key number in the run (new keys numbered as they come)."""
+        uniq, inv = chunk.uniq, chunk.inv
+        if uniq is None:  # a key per row: its distinct keys, in order
+            keys = chunk.keys
+            uniq = list(dict.fromkeys(keys))
+            index = {k: i for i, k in enumerate(uniq)}
+            inv = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+        gid, key_of = self.gid, self.key_of
+        numbers = np.empty(len(uniq), dtype=np.int64)
+        for u, k in enumerate(uniq):
+            g = gid.get(k)
+            if g is None:
+                g = gid[k] = len(key_of)
+                key_of.append(k)
+            numbers[u] = g
+        return numbers[inv]
 
     def _super_rows(self, keys: int) -> int:
         """Rows per super-batch for ``keys`` distinct keys in one: ``SUPER_ROWS``, or
@@ -432,15 +451,13 @@ class _ColumnarRun:
         micro-batch), the operator's of that micro-batch (in input order, or key by key),
         then its inputs and outputs to the sinks, and the check of the first rejections
         (``Pipeline``'s ``_RejectionCheck``)."""
-        keys_rows, ts, values, lines, offs = batch
-        uniq = list(dict.fromkeys(keys_rows))
-        index = {k: i for i, k in enumerate(uniq)}
+        codes, ts, values, lines, offs = batch
+        from shiftwatch.streams.csv_kernel import first_appearance
+
+        gids, inv = first_appearance(codes, len(self.key_of))
+        uniq = list(map(self.key_of.__getitem__, gids.tolist()))
         n = offs.shape[0]
-        inv = np.fromiter(map(index.__getitem__, keys_rows), dtype=np.int64, count=n)
-        gid = self.gid
-        gids = np.fromiter((gid.setdefault(k, len(gid)) for k in uniq), dtype=np.int64,
-                           count=len(uniq))
-        inputs = InputColumns(uniq, inv, offs, ts, values, gids, gid)
+        inputs = InputColumns(uniq, inv, offs, ts, values, gids, self.gid)
         size = self.p.batch_size
         with guard.deferred():
             accepted, alarm, fields, special, dead = self.kernel(
@@ -589,7 +606,6 @@ def _take(parts: list[tuple], size: int) -> tuple[tuple, list[tuple]]:
             need = 0
     if len(got) == 1:
         return got[0], left
-    keys = list(chain.from_iterable(g[0] for g in got))
     cols = [None if got[0][c] is None else np.concatenate([g[c] for g in got])
-            for c in (1, 2, 3, 4)]
-    return (keys, *cols), left
+            for c in range(5)]
+    return tuple(cols), left

@@ -95,7 +95,9 @@ class ColumnChunk:
     Attributes
     ----------
     keys
-        The key of each accepted row (a list; ``None`` without a key column).
+        The key of each accepted row (a list; ``None`` without a key column); a scanned
+        block gives ``uniq`` (its distinct keys, in no particular order) and ``inv`` (each
+        row's index into them) instead, and ``keys`` is made from them when asked for.
     ts
         float64 array of the rows' ``ts``, or None without a ts column.
     values
@@ -109,16 +111,24 @@ class ColumnChunk:
         The numbers of the blank lines (skipped).
     """
 
-    __slots__ = ("keys", "ts", "values", "lines", "dead", "blanks")
+    __slots__ = ("_keys", "uniq", "inv", "ts", "values", "lines", "dead", "blanks")
 
-    def __init__(self, keys: list, ts: np.ndarray | None, values: np.ndarray,
+    def __init__(self, keys: list | None, ts: np.ndarray | None, values: np.ndarray,
                  lines: np.ndarray, dead: list[tuple[int, DeadLetter]],
-                 blanks: list[int] | None = None):
-        self.keys, self.ts, self.values, self.lines, self.dead = keys, ts, values, lines, dead
+                 blanks: list[int] | None = None, uniq: list | None = None,
+                 inv: np.ndarray | None = None):
+        self._keys, self.uniq, self.inv = keys, uniq, inv
+        self.ts, self.values, self.lines, self.dead = ts, values, lines, dead
         self.blanks = blanks or []
 
+    @property
+    def keys(self) -> list:
+        if self._keys is None:
+            self._keys = list(map(self.uniq.__getitem__, self.inv.tolist()))
+        return self._keys
+
     def __len__(self) -> int:
-        return len(self.keys)
+        return self.lines.shape[0]
 
 
 def columns_eligible(source: Any) -> bool:
@@ -238,6 +248,10 @@ def _scanned(src: CsvSource, text: str, first: int, layout: tuple
             return None  # (two keys with one hash: read the block by _block)
         uniq = [raw[a:b].decode() for a, b in zip(kst[sel[head]].tolist(),
                                                    ken[sel[head]].tolist(), strict=True)]
+        if rows is None:  # (keys as uniq and inv: no list of a key per row)
+            return ColumnChunk(None, None if tpos is None else ts, values,
+                               np.arange(first, first + n, dtype=np.int64), [], uniq=uniq,
+                               inv=inv.astype(np.int64, copy=False)), n
         keys = list(map(uniq.__getitem__, inv.tolist()))
     ts_col = None if tpos is None else (ts if rows is None else ts[rows])
     val_col = values if rows is None else values[rows]

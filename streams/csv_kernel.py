@@ -22,7 +22,8 @@ import numpy as np
 
 from shiftwatch._jit import njit
 
-__all__ = ["scan_lines", "same_key_bytes", "PLAIN", "SLOW", "PY_TS", "PY_VALUE"]
+__all__ = ["scan_lines", "same_key_bytes", "first_appearance", "PLAIN", "SLOW", "PY_TS",
+           "PY_VALUE"]
 
 #: A line's status bits: plain; left to the record path's rule; its ts / value cell is a
 #: short number whose double ``float`` must give.
@@ -193,3 +194,23 @@ def same_key_bytes(buf, kst, ken, rows, first):
             if buf[kst[a] + q] != buf[kst[b] + q]:
                 return False
     return True
+
+
+@njit(cache=True)
+def first_appearance(codes, ncode):
+    """``codes`` (int64, each in ``[0, ncode)``) factorised in order of first appearance:
+    ``(distinct, inv)``, ``distinct[inv] == codes``, ``distinct`` in the order the codes
+    first occur (what ``dict.fromkeys`` of the values gives, in one pass)."""
+    slot = np.full(ncode, -1, np.int64)
+    distinct = np.empty(min(ncode, codes.shape[0]), np.int64)
+    inv = np.empty(codes.shape[0], np.int64)
+    k = 0
+    for i in range(codes.shape[0]):
+        c = codes[i]
+        j = slot[c]
+        if j < 0:
+            j = slot[c] = k
+            distinct[k] = c
+            k += 1
+        inv[i] = j
+    return distinct[:k], inv
