@@ -176,7 +176,7 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
             if not data:
                 break
             data = rest + data
-            cut = data.rfind("\n")
+            cut = _cut(data)
             if cut < 0:
                 rest = data
                 continue
@@ -274,6 +274,15 @@ class _LineTexts:
 
     def __getitem__(self, i: int) -> str:
         return self.raw[int(self.starts[i]):int(self.starts[i + 1]) - self.end].decode()
+
+
+def _cut(data: str) -> int:
+    """The index of the last line break in ``data`` that surely ends a line (-1: none): the
+    last ``\\n``, or a later ``\\r`` that is not ``data``'s last character (a ``\\r\\n``
+    may be split between two reads). A file whose lines end with ``\\r`` alone is thus read
+    block by block too, not held whole."""
+    n = data.rfind("\n")
+    return max(n, data.rfind("\r", n + 1, len(data) - 1))
 
 
 def _split_lines(text: str) -> tuple[list[str], bool]:

@@ -54,6 +54,7 @@ from shiftwatch.records import MAX_ABS, BadInput, DeadLetter
 from shiftwatch.streams.columns import (
     CHUNK_CHARS,
     ColumnChunk,
+    _cut,
     _merge,
     _split_lines,
     columns_eligible,
@@ -222,7 +223,7 @@ def _chunks(src: JsonlSource, chunk_chars: int) -> Iterator[ColumnChunk]:
             if not data:
                 break
             data = rest + data
-            cut = data.rfind("\n")
+            cut = _cut(data)
             if cut < 0:
                 rest = data
                 continue

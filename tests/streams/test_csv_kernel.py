@@ -115,3 +115,41 @@ def test_the_magnitude_limit():
         buf = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
         got, x = _number(buf, 0, buf.shape[0], _POW10)
         assert got == 2 or x == float(text)
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_lines_ending_with_a_carriage_return_alone_are_read_block_by_block(tmp_path, kind):
+    """A file whose lines end with ``\\r`` alone: the same items as the record path, in many
+    chunks (the reader cuts at a ``\\r`` too, so it never holds the whole file)."""
+    from shiftwatch.records import DeadLetter
+    from shiftwatch.streams.files import JsonlSource
+    from shiftwatch.streams.jsonl_columns import jsonl_columns
+
+    rng = random.Random(3)
+    rows = []
+    for i in range(600):
+        v = rng.choice([f"{rng.gauss(0, 1):.4f}", "oops"]) if i % 50 == 7 else f"{i / 9:.3f}"
+        rows.append(f"k{i % 4},{i},{v}" if kind == "csv" else
+                    f'{{"key": "k{i % 4}", "ts": {i}, "value": {v if v != "oops" else 0}}}')
+    head = "key,ts,value\r" if kind == "csv" else ""
+    path = tmp_path / f"cr.{kind}"
+    path.write_bytes((head + "\r".join(rows) + "\r").encode())
+    make = (lambda: CsvSource(path, key="key", ts="ts")) if kind == "csv" else (
+        lambda: JsonlSource(path, key="key", ts="ts"))
+    want = [("dead", it.to_record()) if isinstance(it, DeadLetter) else
+            ("rec", it["key"], it["ts"], it["value"]) for it in make()]
+    src = make()
+    got, chunks = [], 0
+    reader = columns.csv_columns(src, 300) if kind == "csv" else jsonl_columns(src, 300)
+    for c in reader:
+        chunks += 1
+        dead = iter(c.dead)
+        d = next(dead, None)
+        for i in range(len(c) + 1):
+            while d is not None and d[0] == i:
+                got.append(("dead", d[1].to_record()))
+                d = next(dead, None)
+            if i < len(c):
+                got.append(("rec", c.keys[i], float(c.ts[i]), float(c.values[i])))
+    assert got == want and len(want) == 600
+    assert chunks > 20
