@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.records import MAX_ABS, DeadLetter
+from shiftwatch.streams import files
 from shiftwatch.streams.files import (
     _SHORT_NUMBER,
     _UNDECODABLE,
@@ -171,22 +172,19 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
         if not head:
             return
         rest = ""
-        while True:
-            data = f.read(chunk_chars)
-            if not data:
-                break
-            data = rest + data
-            cut = _cut(data)
-            if cut < 0:
-                rest = data
-                continue
-            rest = data[cut + 1:]
-            got = _scanned(src, data[:cut + 1], lineno + 1, layout) if scan else None
-            if got is None:
-                lines, _ = _split_lines(data[:cut + 1])
-                got = _block(src, lines, lineno + 1, layout), len(lines)
-            yield got[0]
-            lineno += got[1]
+        for kind, text in _text_blocks(f, chunk_chars):
+            if kind == "rest":
+                rest = text
+            elif kind == "long":
+                lineno += 1
+                yield _long_chunk(src, text, lineno)
+            else:
+                got = _scanned(src, text, lineno + 1, layout) if scan else None
+                if got is None:
+                    lines, _ = _split_lines(text)
+                    got = _block(src, lines, lineno + 1, layout), len(lines)
+                yield got[0]
+                lineno += got[1]
         tail = None
         if rest:
             lines, ended = _split_lines(rest)
@@ -274,6 +272,76 @@ class _LineTexts:
 
     def __getitem__(self, i: int) -> str:
         return self.raw[int(self.starts[i]):int(self.starts[i + 1]) - self.end].decode()
+
+
+def _text_blocks(f: Any, chunk_chars: int) -> Iterator[tuple[str, str]]:
+    """The text of ``f`` in file order as ``("lines", text)``, complete lines each with its
+    line break; ``("long", head)``, a line of
+    :data:`~shiftwatch.streams.files.MAX_LINE_CHARS` characters or more (its first
+    characters: the rest is read and dropped, as the record path's
+    :func:`~shiftwatch.streams.files._bounded_lines` does); and last ``("rest", text)``, what
+    follows the last line break that surely ends a line."""
+    limit = files.MAX_LINE_CHARS
+    head_chars = files._LONG_HEAD
+    rest = ""
+    skipping = False  # in a long line: drop up to its line break
+    cr = False  # a long line ended with \r at the end of a read: a \n first is its
+    while True:
+        data = f.read(chunk_chars)
+        if not data:
+            break
+        if cr:
+            cr = False
+            if data[0] == "\n":
+                data = data[1:]
+        if skipping:
+            n, r = data.find("\n"), data.find("\r")
+            b = r if r >= 0 and (n < 0 or r < n) else n
+            if b < 0:
+                continue
+            skipping = False
+            if data[b] == "\r":
+                if b == len(data) - 1:
+                    cr = True
+                elif data[b + 1] == "\n":
+                    b += 1
+            data = data[b + 1:]
+        data = rest + data
+        cut = _cut(data)
+        block, rest = (data[:cut + 1], data[cut + 1:]) if cut >= 0 else ("", data)
+        if block:
+            if len(block) > limit:  # a line of it may be long: around it, the others
+                yield from _split_long(block, limit, head_chars)
+            else:
+                yield "lines", block
+        body = rest[:-1] if rest.endswith("\r") else rest
+        if len(body) >= limit:
+            yield "long", rest[:head_chars]
+            skipping, cr, rest = not rest.endswith("\r"), rest.endswith("\r"), ""
+    yield "rest", rest
+
+
+def _split_long(block: str, limit: int, head_chars: int) -> Iterator[tuple[str, str]]:
+    """:func:`_text_blocks`'s items for the complete lines ``block``, some maybe long."""
+    run: list[str] = []
+    for line in io.StringIO(block, newline="").readlines():
+        ends = 2 if line.endswith("\r\n") else 1
+        if len(line) - ends >= limit:
+            if run:
+                yield "lines", "".join(run)
+                run = []
+            yield "long", line[:head_chars]
+        else:
+            run.append(line)
+    if run:
+        yield "lines", "".join(run)
+
+
+def _long_chunk(src: Any, head: str, lineno: int) -> ColumnChunk:
+    """The dead letter of a line of ``MAX_LINE_CHARS`` characters or more, as a chunk."""
+    dead = src._dead(_raw(head), files.long_line_reason(), lineno)
+    return ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
+                       np.empty(0, dtype=np.int64), [(0, dead)])
 
 
 def _cut(data: str) -> int:

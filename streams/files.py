@@ -133,6 +133,51 @@ def _open_text(path: str) -> tuple[io.TextIOWrapper, _GuardedGzip | None]:
     return open(path, encoding="utf-8-sig", errors="surrogateescape", newline=""), None
 
 
+#: A line of this many characters or more (its line break not counted) is a dead letter: it is
+#: read in pieces and dropped, never held whole (a file is data too: one endless line must not
+#: fill the memory). Its dead letter keeps the first ``_LONG_HEAD`` characters.
+MAX_LINE_CHARS = 1 << 24
+_LONG_HEAD = 200
+
+
+def long_line_reason() -> str:
+    """The dead letter's reason for a line of ``MAX_LINE_CHARS`` characters or more."""
+    return (f"line of {MAX_LINE_CHARS:,} characters or more: not read (its first "
+            f"{_LONG_HEAD} are kept)")
+
+
+class _Long(str):
+    """A line of ``MAX_LINE_CHARS`` characters or more: its first characters."""
+
+    __slots__ = ()
+
+
+def _bounded_lines(f: Any) -> Iterator[str]:
+    """The lines of the text file ``f`` as iterating it gives them (each with its line break:
+    ``\\n``, ``\\r`` or ``\\r\\n``), except a line of ``MAX_LINE_CHARS`` characters or
+    more, which comes as a :class:`_Long` of its first characters, the rest of it read in
+    pieces and dropped."""
+    limit = MAX_LINE_CHARS
+    size = limit + 2  # a line shorter than the limit and its \r\n fit: never split
+    pending = ""
+    while True:
+        line = pending or f.readline(size)
+        pending = ""
+        if not line:
+            return
+        ends = 2 if line.endswith("\r\n") else 1 if line[-1] in "\r\n" else 0
+        if len(line) - ends < limit:
+            yield line
+            continue
+        head, last = line[:_LONG_HEAD], line
+        while last and last[-1] not in "\r\n":  # the rest of the line, dropped
+            last = f.readline(size)
+        if last.endswith("\r") and len(last) == size:  # its \n may come next
+            nxt = f.readline(size)
+            pending = "" if nxt == "\n" else nxt
+        yield _Long(head)
+
+
 def _damage(exc: BaseException) -> str:
     """What is wrong with a damaged ``.gz`` file, in a few words."""
     return "compressed stream ended early" if isinstance(exc, EOFError) else str(exc)
@@ -404,8 +449,11 @@ class _FileSource(Source):
         f, guard = _open_text(self.path)
         lineno, tail = 0, ""
         with f:
-            for lineno, line in enumerate(f, start=1):
+            for lineno, line in enumerate(_bounded_lines(f), start=1):
                 if lineno <= skip:
+                    continue
+                if type(line) is _Long:
+                    yield lineno, self._dead(_raw(line), long_line_reason(), lineno)
                     continue
                 if guard is not None and guard.error is not None and \
                         line[-1:] not in ("\n", "\r"):
@@ -432,9 +480,12 @@ class _FileSource(Source):
         try:
             f, guard = _open_text(self.path)
             with f:
-                first = f.readline() if whole_line else f.read(1)
+                first = f.readline(MAX_LINE_CHARS + 2) if whole_line else f.read(1)
         except OSError as exc:
             raise ValueError(f"cannot read {self.path}: {exc}") from None
+        if whole_line and len(first.rstrip("\r\n")) >= MAX_LINE_CHARS:
+            raise ValueError(f"cannot read {self.path}: its first line is {MAX_LINE_CHARS:,} "
+                             "characters or more")
         if guard is not None and guard.error is not None and (
                 first[-1:] not in ("\n", "\r") if whole_line else not first):
             raise ValueError(f"cannot read {self.path}: {_damage(guard.error)} in line 1")

@@ -54,9 +54,10 @@ from shiftwatch.records import MAX_ABS, BadInput, DeadLetter
 from shiftwatch.streams.columns import (
     CHUNK_CHARS,
     ColumnChunk,
-    _cut,
+    _long_chunk,
     _merge,
     _split_lines,
+    _text_blocks,
     columns_eligible,
 )
 from shiftwatch.streams.files import (
@@ -218,19 +219,16 @@ def _chunks(src: JsonlSource, chunk_chars: int) -> Iterator[ColumnChunk]:
     with f:
         lineno = 0
         rest = ""
-        while True:
-            data = f.read(chunk_chars)
-            if not data:
-                break
-            data = rest + data
-            cut = _cut(data)
-            if cut < 0:
-                rest = data
-                continue
-            rest = data[cut + 1:]
-            lines, _ = _split_lines(data[:cut + 1])
-            yield reader.block(lines, lineno + 1)
-            lineno += len(lines)
+        for kind, text in _text_blocks(f, chunk_chars):
+            if kind == "rest":
+                rest = text
+            elif kind == "long":
+                lineno += 1
+                yield _long_chunk(src, text, lineno)
+            else:
+                lines, _ = _split_lines(text)
+                yield reader.block(lines, lineno + 1)
+                lineno += len(lines)
         tail = None
         if rest:
             lines, ended = _split_lines(rest)

@@ -327,3 +327,20 @@ def test_many_keys(monkeypatch, capsys, tmp_path, op):
     path = messy_csv(tmp_path / "s.csv", n=8000, keys=300, seed=15)
     _same(monkeypatch, capsys, tmp_path, path, ["--operator", op] + KEYED, "all",
           ["--batch-size", "700"])
+
+
+def test_an_endless_line_is_a_dead_letter(monkeypatch, capsys, tmp_path):
+    """A line of MAX_LINE_CHARS characters or more (17 million here) is a dead letter on both
+    paths, read in pieces; the lines around it are records."""
+    from shiftwatch.streams.files import MAX_LINE_CHARS
+
+    path = tmp_path / "long.csv"
+    with open(path, "w") as f:
+        f.write("key,ts,value\n" + "".join(f"k{i % 3},{i},{i / 9:.3f}\n" for i in range(400)))
+        f.write("k1,400," + "8" * (MAX_LINE_CHARS + 10**6) + "\n")
+        f.write("".join(f"k{i % 3},{i},{i / 9:.3f}\n" for i in range(401, 800)))
+    got = _same(monkeypatch, capsys, tmp_path, path, ["--operator", "cs"] + KEYED, "all")
+    dead = got["dead_letters.jsonl"].decode()
+    assert dead.count("\n") == 1 and "characters or more: not read" in dead
+    assert '"line":402' in dead and len(dead) < 2000
+    assert got["outputs.jsonl"].count(b"\n") == 799

@@ -153,3 +153,62 @@ def test_lines_ending_with_a_carriage_return_alone_are_read_block_by_block(tmp_p
                 got.append(("rec", c.keys[i], float(c.ts[i]), float(c.values[i])))
     assert got == want and len(want) == 600
     assert chunks > 20
+
+
+def _items_of_chunks(chunks):
+    got = []
+    for c in chunks:
+        dead = iter(c.dead)
+        d = next(dead, None)
+        for i in range(len(c) + 1):
+            while d is not None and d[0] == i:
+                got.append(("dead", d[1].to_record()))
+                d = next(dead, None)
+            if i < len(c):
+                got.append(("rec", c.keys[i], None if c.ts is None else float(c.ts[i]),
+                            float(c.values[i])))
+    return got
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("chunk", [16, 50, 1 << 16])
+def test_a_line_too_long_is_a_dead_letter_on_both_paths(tmp_path, monkeypatch, kind, seed,
+                                                        chunk):
+    """Lines of MAX_LINE_CHARS characters or more (here 40) are dead letters with their first
+    characters, read in pieces by the record path and by the column readers alike, whatever
+    the line ends (\\n, \\r\\n, \\r, mixed) and wherever the reads cut them."""
+    from shiftwatch.records import DeadLetter
+    from shiftwatch.streams import files
+    from shiftwatch.streams.files import JsonlSource
+    from shiftwatch.streams.jsonl_columns import jsonl_columns
+
+    monkeypatch.setattr(files, "MAX_LINE_CHARS", 40)
+    monkeypatch.setattr(files, "_LONG_HEAD", 12)
+    rng = random.Random(seed)
+    ends = ["\n", "\r\n", "\r", None][seed % 4]
+    rows = []
+    for i in range(300):
+        n = rng.choice([0, 0, 0, 0, rng.randrange(30, 45), rng.randrange(45, 200)])
+        if kind == "csv":
+            row = f"k{i % 3},{i},{i / 7:.3f}" if not n else f"k{i % 3},{i}," + "7" * n
+        else:
+            row = (f'{{"key": "k{i % 3}", "ts": {i}, "value": {i / 7:.3f}}}' if not n else
+                   f'{{"key": "k{i % 3}", "ts": {i}, "value": 1, "pad": "{"x" * n}"}}')
+        rows.append(row + (ends or rng.choice(["\n", "\r\n", "\r"])))
+    if seed % 2:
+        rows[-1] = rows[-1].rstrip("\r\n") + "9" * rng.randrange(0, 60)  # no line end
+    head = "key,ts,value\n" if kind == "csv" else ""
+    path = tmp_path / f"long.{kind}"
+    path.write_bytes((head + "".join(rows)).encode())
+    make = (lambda: CsvSource(path, key="key", ts="ts")) if kind == "csv" else (
+        lambda: JsonlSource(path, key="key", ts="ts"))
+    want = [("dead", it.to_record()) if isinstance(it, DeadLetter) else
+            ("rec", it["key"], it["ts"], it["value"]) for it in make()]
+    src = make()
+    reader = columns.csv_columns(src, chunk) if kind == "csv" else jsonl_columns(src, chunk)
+    got = _items_of_chunks(reader)
+    assert got == want
+    longs = [w for w in want if w[0] == "dead" and "characters or more" in w[1]["reason"]]
+    assert len(longs) > 20
+    assert all(len(w[1]["raw"]) == 12 for w in longs)
