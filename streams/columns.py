@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.records import MAX_ABS, DeadLetter
-from shiftwatch.streams import files
+from shiftwatch.streams import lines as _lines
 from shiftwatch.streams.files import (
     _SHORT_NUMBER,
     _UNDECODABLE,
@@ -42,6 +42,7 @@ from shiftwatch.streams.files import (
     _raw,
     _undecodable,
 )
+from shiftwatch.streams.lines import _text_blocks
 
 __all__ = ["ColumnChunk", "columns_eligible", "csv_columns"]
 
@@ -274,83 +275,11 @@ class _LineTexts:
         return self.raw[int(self.starts[i]):int(self.starts[i + 1]) - self.end].decode()
 
 
-def _text_blocks(f: Any, chunk_chars: int) -> Iterator[tuple[str, str]]:
-    """The text of ``f`` in file order as ``("lines", text)``, complete lines each with its
-    line break; ``("long", head)``, a line of
-    :data:`~shiftwatch.streams.files.MAX_LINE_CHARS` characters or more (its first
-    characters: the rest is read and dropped, as the record path's
-    :func:`~shiftwatch.streams.files._bounded_lines` does); and last ``("rest", text)``, what
-    follows the last line break that surely ends a line."""
-    limit = files.MAX_LINE_CHARS
-    head_chars = files._LONG_HEAD
-    rest = ""
-    skipping = False  # in a long line: drop up to its line break
-    cr = False  # a long line ended with \r at the end of a read: a \n first is its
-    while True:
-        data = f.read(chunk_chars)
-        if not data:
-            break
-        if cr:
-            cr = False
-            if data[0] == "\n":
-                data = data[1:]
-        if skipping:
-            n, r = data.find("\n"), data.find("\r")
-            b = r if r >= 0 and (n < 0 or r < n) else n
-            if b < 0:
-                continue
-            skipping = False
-            if data[b] == "\r":
-                if b == len(data) - 1:
-                    cr = True
-                elif data[b + 1] == "\n":
-                    b += 1
-            data = data[b + 1:]
-        data = rest + data
-        cut = _cut(data)
-        block, rest = (data[:cut + 1], data[cut + 1:]) if cut >= 0 else ("", data)
-        if block:
-            if len(block) > limit:  # a line of it may be long: around it, the others
-                yield from _split_long(block, limit, head_chars)
-            else:
-                yield "lines", block
-        body = rest[:-1] if rest.endswith("\r") else rest
-        if len(body) >= limit:
-            yield "long", rest[:head_chars]
-            skipping, cr, rest = not rest.endswith("\r"), rest.endswith("\r"), ""
-    yield "rest", rest
-
-
-def _split_long(block: str, limit: int, head_chars: int) -> Iterator[tuple[str, str]]:
-    """:func:`_text_blocks`'s items for the complete lines ``block``, some maybe long."""
-    run: list[str] = []
-    for line in io.StringIO(block, newline="").readlines():
-        ends = 2 if line.endswith("\r\n") else 1
-        if len(line) - ends >= limit:
-            if run:
-                yield "lines", "".join(run)
-                run = []
-            yield "long", line[:head_chars]
-        else:
-            run.append(line)
-    if run:
-        yield "lines", "".join(run)
-
-
 def _long_chunk(src: Any, head: str, lineno: int) -> ColumnChunk:
     """The dead letter of a line of ``MAX_LINE_CHARS`` characters or more, as a chunk."""
-    dead = src._dead(_raw(head), files.long_line_reason(), lineno)
+    dead = src._dead(_raw(head), _lines.long_line_reason(), lineno)
     return ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
                        np.empty(0, dtype=np.int64), [(0, dead)])
-
-
-def _cut(data: str) -> int:
-    """The index of the last line break in ``data`` that surely ends a line (-1: none): the
-    last ``\\n``, or a later ``\\r`` that is not ``data``'s last character (a ``\\r\\n``
-    may be split between two reads). A file whose lines end with ``\\r`` alone is thus read
-    block by block too, not held whole."""
-    n = data.rfind("\n")
-    return max(n, data.rfind("\r", n + 1, len(data) - 1))
 
 
 def _split_lines(text: str) -> tuple[list[str], bool]:

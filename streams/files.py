@@ -46,6 +46,7 @@ from typing import Any
 from shiftwatch.codec import MAX_DIGITS, parse_object
 from shiftwatch.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 from shiftwatch.streams.base import Source
+from shiftwatch.streams.lines import MAX_LINE_CHARS, _bounded_lines, _Long, long_line_reason
 
 __all__ = ["CsvSource", "JsonlSource"]
 
@@ -131,51 +132,6 @@ def _open_text(path: str) -> tuple[io.TextIOWrapper, _GuardedGzip | None]:
         return io.TextIOWrapper(guard, encoding="utf-8-sig", errors="surrogateescape",
                                 newline=""), guard
     return open(path, encoding="utf-8-sig", errors="surrogateescape", newline=""), None
-
-
-#: A line of this many characters or more (its line break not counted) is a dead letter: it is
-#: read in pieces and dropped, never held whole (a file is data too: one endless line must not
-#: fill the memory). Its dead letter keeps the first ``_LONG_HEAD`` characters.
-MAX_LINE_CHARS = 1 << 24
-_LONG_HEAD = 200
-
-
-def long_line_reason() -> str:
-    """The dead letter's reason for a line of ``MAX_LINE_CHARS`` characters or more."""
-    return (f"line of {MAX_LINE_CHARS:,} characters or more: not read (its first "
-            f"{_LONG_HEAD} are kept)")
-
-
-class _Long(str):
-    """A line of ``MAX_LINE_CHARS`` characters or more: its first characters."""
-
-    __slots__ = ()
-
-
-def _bounded_lines(f: Any) -> Iterator[str]:
-    """The lines of the text file ``f`` as iterating it gives them (each with its line break:
-    ``\\n``, ``\\r`` or ``\\r\\n``), except a line of ``MAX_LINE_CHARS`` characters or
-    more, which comes as a :class:`_Long` of its first characters, the rest of it read in
-    pieces and dropped."""
-    limit = MAX_LINE_CHARS
-    size = limit + 2  # a line shorter than the limit and its \r\n fit: never split
-    pending = ""
-    while True:
-        line = pending or f.readline(size)
-        pending = ""
-        if not line:
-            return
-        ends = 2 if line.endswith("\r\n") else 1 if line[-1] in "\r\n" else 0
-        if len(line) - ends < limit:
-            yield line
-            continue
-        head, last = line[:_LONG_HEAD], line
-        while last and last[-1] not in "\r\n":  # the rest of the line, dropped
-            last = f.readline(size)
-        if last.endswith("\r") and len(last) == size:  # its \n may come next
-            nxt = f.readline(size)
-            pending = "" if nxt == "\n" else nxt
-        yield _Long(head)
 
 
 def _damage(exc: BaseException) -> str:

@@ -57,7 +57,6 @@ from shiftwatch.streams.columns import (
     _long_chunk,
     _merge,
     _split_lines,
-    _text_blocks,
     columns_eligible,
 )
 from shiftwatch.streams.files import (
@@ -68,6 +67,7 @@ from shiftwatch.streams.files import (
     _raw,
     _undecodable,
 )
+from shiftwatch.streams.lines import _text_blocks
 
 try:
     from orjson import loads as _loads

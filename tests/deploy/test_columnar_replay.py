@@ -332,7 +332,7 @@ def test_many_keys(monkeypatch, capsys, tmp_path, op):
 def test_an_endless_line_is_a_dead_letter(monkeypatch, capsys, tmp_path):
     """A line of MAX_LINE_CHARS characters or more (17 million here) is a dead letter on both
     paths, read in pieces; the lines around it are records."""
-    from shiftwatch.streams.files import MAX_LINE_CHARS
+    from shiftwatch.streams.lines import MAX_LINE_CHARS
 
     path = tmp_path / "long.csv"
     with open(path, "w") as f:

@@ -179,12 +179,12 @@ def test_a_line_too_long_is_a_dead_letter_on_both_paths(tmp_path, monkeypatch, k
     characters, read in pieces by the record path and by the column readers alike, whatever
     the line ends (\\n, \\r\\n, \\r, mixed) and wherever the reads cut them."""
     from shiftwatch.records import DeadLetter
-    from shiftwatch.streams import files
+    from shiftwatch.streams import lines
     from shiftwatch.streams.files import JsonlSource
     from shiftwatch.streams.jsonl_columns import jsonl_columns
 
-    monkeypatch.setattr(files, "MAX_LINE_CHARS", 40)
-    monkeypatch.setattr(files, "_LONG_HEAD", 12)
+    monkeypatch.setattr(lines, "MAX_LINE_CHARS", 40)
+    monkeypatch.setattr(lines, "_LONG_HEAD", 12)
     rng = random.Random(seed)
     ends = ["\n", "\r\n", "\r", None][seed % 4]
     rows = []
