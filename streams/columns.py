@@ -166,39 +166,54 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
     scan = (SCAN and len(d) == 1 and d.isascii() and d not in '"\r\n\x00'
             and len({layout[1], layout[2], layout[3]} - {None}) == 3 - (layout[1] is None)
             - (layout[2] is None))
+
+    def block(text: str, first: int) -> tuple[ColumnChunk, int]:
+        got = _scanned(src, text, first, layout) if scan else None
+        if got is None:
+            lines, _ = _split_lines(text)
+            got = _block(src, lines, first, layout), len(lines)
+        return got
+
     f, guard = _open_text(src.path)
     with f:
-        head = f.readline()  # the header, line 1 (checked by the source)
-        lineno = 1
-        if not head:
+        if not f.readline():  # the header, line 1 (checked by the source)
             return
-        rest = ""
-        for kind, text in _text_blocks(f, chunk_chars):
-            if kind == "rest":
-                rest = text
-            elif kind == "long":
-                lineno += 1
-                yield _long_chunk(src, text, lineno)
-            else:
-                got = _scanned(src, text, lineno + 1, layout) if scan else None
-                if got is None:
-                    lines, _ = _split_lines(text)
-                    got = _block(src, lines, lineno + 1, layout), len(lines)
-                yield got[0]
-                lineno += got[1]
-        tail = None
-        if rest:
-            lines, ended = _split_lines(rest)
-            if guard is not None and guard.error is not None and not ended:
-                tail = lines.pop()
-            if lines:
-                yield _block(src, lines, lineno + 1, layout)
-                lineno += len(lines)
-        lineno += 1  # the line the damage cut short, or the one after the last
-        if guard is not None and guard.error is not None:
-            dead = src._dead(_raw(tail or ""), _damage_reason(guard.error, lineno - 1), lineno)
-            yield ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
-                              np.empty(0, dtype=np.int64), [(0, dead)])
+        yield from _file_chunks(src, f, guard, 1, chunk_chars, block,
+                                lambda lines, first: _block(src, lines, first, layout))
+
+
+def _file_chunks(src: Any, f: Any, guard: Any, lineno: int, chunk_chars: int, block: Any,
+                 lines_block: Any) -> Iterator[ColumnChunk]:
+    """The chunks of the text file ``f`` (of ``src``) after its line ``lineno``, read by
+    :func:`~shiftwatch.streams.lines._text_blocks`: ``block(text, first line number)`` ->
+    ``(chunk, how many lines)`` for each block of complete lines, ``lines_block(lines,
+    first)`` -> chunk for the lines after the last line break, a dead letter for each line
+    too long and for the damaged tail of a ``.gz`` file (the CSV and the JSON Lines
+    readers')."""
+    rest = ""
+    for kind, text in _text_blocks(f, chunk_chars):
+        if kind == "rest":
+            rest = text
+        elif kind == "long":
+            lineno += 1
+            yield _long_chunk(src, text, lineno)
+        else:
+            chunk, n = block(text, lineno + 1)
+            yield chunk
+            lineno += n
+    tail = None
+    if rest:
+        lines, ended = _split_lines(rest)
+        if guard is not None and guard.error is not None and not ended:
+            tail = lines.pop()
+        if lines:
+            yield lines_block(lines, lineno + 1)
+            lineno += len(lines)
+    lineno += 1  # the line the damage cut short, or the one after the last
+    if guard is not None and guard.error is not None:
+        dead = src._dead(_raw(tail or ""), _damage_reason(guard.error, lineno - 1), lineno)
+        yield ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
+                          np.empty(0, dtype=np.int64), [(0, dead)])
 
 
 def _scanned(src: CsvSource, text: str, first: int, layout: tuple

@@ -54,7 +54,7 @@ from shiftwatch.records import MAX_ABS, BadInput, DeadLetter
 from shiftwatch.streams.columns import (
     CHUNK_CHARS,
     ColumnChunk,
-    _long_chunk,
+    _file_chunks,
     _merge,
     _split_lines,
     columns_eligible,
@@ -62,12 +62,10 @@ from shiftwatch.streams.columns import (
 from shiftwatch.streams.files import (
     _UNDECODABLE,
     JsonlSource,
-    _damage_reason,
     _open_text,
     _raw,
     _undecodable,
 )
-from shiftwatch.streams.lines import _text_blocks
 
 try:
     from orjson import loads as _loads
@@ -215,33 +213,14 @@ def unfit(source: JsonlSource) -> str | None:
 def _chunks(src: JsonlSource, chunk_chars: int) -> Iterator[ColumnChunk]:
     src.blank_lines = 0
     reader = _Reader(src)
+
+    def block(text: str, first: int) -> tuple[ColumnChunk, int]:
+        lines, _ = _split_lines(text)
+        return reader.block(lines, first), len(lines)
+
     f, guard = _open_text(src.path)
     with f:
-        lineno = 0
-        rest = ""
-        for kind, text in _text_blocks(f, chunk_chars):
-            if kind == "rest":
-                rest = text
-            elif kind == "long":
-                lineno += 1
-                yield _long_chunk(src, text, lineno)
-            else:
-                lines, _ = _split_lines(text)
-                yield reader.block(lines, lineno + 1)
-                lineno += len(lines)
-        tail = None
-        if rest:
-            lines, ended = _split_lines(rest)
-            if guard is not None and guard.error is not None and not ended:
-                tail = lines.pop()
-            if lines:
-                yield reader.block(lines, lineno + 1)
-                lineno += len(lines)
-        lineno += 1  # the line the damage cut short, or the one after the last
-        if guard is not None and guard.error is not None:
-            dead = src._dead(_raw(tail or ""), _damage_reason(guard.error, lineno - 1), lineno)
-            yield ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
-                              np.empty(0, dtype=np.int64), [(0, dead)])
+        yield from _file_chunks(src, f, guard, 0, chunk_chars, block, reader.block)
 
 
 def _parse(texts: list[str]) -> list[dict] | None:

@@ -139,20 +139,9 @@ def test_lines_ending_with_a_carriage_return_alone_are_read_block_by_block(tmp_p
     want = [("dead", it.to_record()) if isinstance(it, DeadLetter) else
             ("rec", it["key"], it["ts"], it["value"]) for it in make()]
     src = make()
-    got, chunks = [], 0
-    reader = columns.csv_columns(src, 300) if kind == "csv" else jsonl_columns(src, 300)
-    for c in reader:
-        chunks += 1
-        dead = iter(c.dead)
-        d = next(dead, None)
-        for i in range(len(c) + 1):
-            while d is not None and d[0] == i:
-                got.append(("dead", d[1].to_record()))
-                d = next(dead, None)
-            if i < len(c):
-                got.append(("rec", c.keys[i], float(c.ts[i]), float(c.values[i])))
-    assert got == want and len(want) == 600
-    assert chunks > 20
+    chunks = list(columns.csv_columns(src, 300) if kind == "csv" else jsonl_columns(src, 300))
+    assert _items_of_chunks(chunks) == want and len(want) == 600
+    assert len(chunks) > 20
 
 
 def _items_of_chunks(chunks):
