@@ -333,6 +333,8 @@ class _ColumnarRun:
         self.read = 0  # items read from the source so far
         self.gid: dict = {}  # each key's number in the run (InputColumns.gids)
         self.key_of: list = []  # the key of each number
+        self._reader_keys: Any = None  # a reader's growing list of keys, and their numbers
+        self._reader_numbers = np.zeros(0, dtype=np.int64)
         self.blanks: list[int] = []  # the numbers of the blank lines read so far
 
     def run(self, ex: Any, guard: Any, bar: Any, all_dead: Any) -> None:
@@ -400,22 +402,36 @@ class _ColumnarRun:
         self._write_source_dead(ex, None)
 
     def _codes(self, chunk: Any) -> np.ndarray:
-        """Each row's key number in the run (new keys numbered as they come)."""
+        """Each row's key number in the run (new keys numbered as they come). A reader that
+        keeps its keys in one growing list (``chunk.uniq``, the same list for every chunk of
+        a read) has the numbers of its list's keys kept, extended as it grows."""
         uniq, inv = chunk.uniq, chunk.inv
-        if uniq is None:  # a key per row: its distinct keys, in order
-            keys = chunk.keys
-            uniq = list(dict.fromkeys(keys))
-            index = {k: i for i, k in enumerate(uniq)}
-            inv = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+        if uniq is not None:
+            if uniq is not self._reader_keys:  # (a list not seen before: held, so that its
+                # identity is not another list's later)
+                self._reader_keys, self._reader_numbers = uniq, np.zeros(0, dtype=np.int64)
+            known = self._reader_numbers
+            if len(uniq) > known.shape[0]:  # (keys added to the list since)
+                known = self._reader_numbers = np.concatenate(
+                    [known, self._numbers(uniq[known.shape[0]:])])
+            return known[inv]
+        keys = chunk.keys  # a key per row: its distinct keys, in order
+        uniq = list(dict.fromkeys(keys))
+        index = {k: i for i, k in enumerate(uniq)}
+        inv = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+        return self._numbers(uniq)[inv]
+
+    def _numbers(self, keys: list) -> np.ndarray:
+        """Each key's number in the run (a new key gets the next one)."""
         gid, key_of = self.gid, self.key_of
-        numbers = np.empty(len(uniq), dtype=np.int64)
-        for u, k in enumerate(uniq):
+        numbers = np.empty(len(keys), dtype=np.int64)
+        for u, k in enumerate(keys):
             g = gid.get(k)
             if g is None:
                 g = gid[k] = len(key_of)
                 key_of.append(k)
             numbers[u] = g
-        return numbers[inv]
+        return numbers
 
     def _super_rows(self, keys: int) -> int:
         """Rows per super-batch for ``keys`` distinct keys in one: ``SUPER_ROWS``, or

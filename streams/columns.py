@@ -167,8 +167,10 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
             and len({layout[1], layout[2], layout[3]} - {None}) == 3 - (layout[1] is None)
             - (layout[2] is None))
 
+    table = _KeyTable()
+
     def block(text: str, first: int) -> tuple[ColumnChunk, int]:
-        got = _scanned(src, text, first, layout) if scan else None
+        got = _scanned(src, text, first, layout, table) if scan else None
         if got is None:
             lines, _ = _split_lines(text)
             got = _block(src, lines, first, layout), len(lines)
@@ -216,7 +218,7 @@ def _file_chunks(src: Any, f: Any, guard: Any, lineno: int, chunk_chars: int, bl
                           np.empty(0, dtype=np.int64), [(0, dead)])
 
 
-def _scanned(src: CsvSource, text: str, first: int, layout: tuple
+def _scanned(src: CsvSource, text: str, first: int, layout: tuple, table: _KeyTable
              ) -> tuple[ColumnChunk, int] | None:
     """The complete lines ``text`` (the file's lines ``first, first + 1, ...``, each ending
     with ``\\n`` or ``\\r\\n``) as a chunk, scanned by
@@ -257,16 +259,15 @@ def _scanned(src: CsvSource, text: str, first: int, layout: tuple
         keys: list = [None] * (n if rows is None else rows.shape[0])
     else:
         sel = np.arange(n) if rows is None else rows
-        _, head, inv = np.unique(khash[sel], return_index=True, return_inverse=True)
-        if not ck.same_key_bytes(buf, kst, ken, sel, sel[head][inv]):
-            return None  # (two keys with one hash: read the block by _block)
-        uniq = [raw[a:b].decode() for a, b in zip(kst[sel[head]].tolist(),
-                                                   ken[sel[head]].tolist(), strict=True)]
-        if rows is None:  # (keys as uniq and inv: no list of a key per row)
+        codes = table.codes(buf, raw, kst, ken, khash, sel)
+        if codes is None:
+            return None  # (two new keys with one hash: read the block by _block)
+        uniq = table.keys
+        if rows is None:  # (keys as the table's and each row's code: no list of keys)
             return ColumnChunk(None, None if tpos is None else ts, values,
                                np.arange(first, first + n, dtype=np.int64), [], uniq=uniq,
-                               inv=inv.astype(np.int64, copy=False)), n
-        keys = list(map(uniq.__getitem__, inv.tolist()))
+                               inv=codes), n
+        keys = list(map(uniq.__getitem__, codes.tolist()))
     ts_col = None if tpos is None else (ts if rows is None else ts[rows])
     val_col = values if rows is None else values[rows]
     if rows is None:
@@ -275,6 +276,67 @@ def _scanned(src: CsvSource, text: str, first: int, layout: tuple
     return _merge(src, texts, first, n, rows, keys, ts_col, val_col,
                   np.ones(rows.shape[0], dtype=bool), set(np.flatnonzero(slow).tolist()),
                   lambda text, lineno: _slow_line(src, text, lineno, pos, ncol)), n
+
+
+class _KeyTable:
+    """The keys met so far in one read of a file: each key's code (its index in ``keys``),
+    found from a row's key bytes by :func:`~shiftwatch.streams.csv_kernel.key_lookup`
+    (same hash and same bytes), so a key is decoded once per read, not once per block."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.tab = np.full(1024, -1, dtype=np.int64)
+        self.thash = np.zeros(1024, dtype=np.uint64)
+        self.hashes = np.zeros(512, dtype=np.uint64)  # code -> hash (for a rehash)
+        self.kbuf = np.empty(1 << 16, dtype=np.uint8)
+        self.koff = np.zeros(512, dtype=np.int64)
+        self.klen = np.zeros(512, dtype=np.int64)
+        self.used = 0
+
+    def codes(self, buf: np.ndarray, raw: bytes, kst: np.ndarray, ken: np.ndarray,
+              khash: np.ndarray, sel: np.ndarray) -> np.ndarray | None:
+        """The code of the key of each row ``sel``, new keys added; None when two new keys
+        of these rows share a hash (the caller reads the block another way)."""
+        from shiftwatch.streams import csv_kernel as ck
+
+        got = ck.key_lookup(buf, kst, ken, khash, sel, self.tab, self.thash, self.kbuf,
+                            self.koff, self.klen)
+        new = np.flatnonzero(got < 0)
+        if new.shape[0]:
+            rows = sel[new]
+            _, head, inv = np.unique(khash[rows], return_index=True, return_inverse=True)
+            if not ck.same_key_bytes(buf, kst, ken, rows, rows[head][inv]):
+                return None
+            reps = rows[head]
+            k0, m = len(self.keys), reps.shape[0]
+            self._reserve(k0 + m, int((ken[reps] - kst[reps]).sum()))
+            self.keys.extend(raw[a:b].decode() for a, b in zip(kst[reps].tolist(),
+                                                               ken[reps].tolist(), strict=True))
+            codes = np.arange(k0, k0 + m, dtype=np.int64)
+            self.hashes[k0:k0 + m] = khash[reps]
+            self.used = ck.key_insert(buf, kst, ken, khash, reps, codes, self.tab, self.thash,
+                                      self.kbuf, self.koff, self.klen, self.used)
+            got[new] = codes[inv]
+        return got
+
+    def _reserve(self, n_keys: int, n_bytes: int) -> None:
+        """Room for ``n_keys`` keys and ``n_bytes`` more bytes; the table at most half full."""
+        from shiftwatch.streams import csv_kernel as ck
+
+        if n_keys > self.koff.shape[0]:
+            size = max(2 * self.koff.shape[0], n_keys)
+            self.koff = np.resize(self.koff, size)
+            self.klen = np.resize(self.klen, size)
+            self.hashes = np.resize(self.hashes, size)
+        if self.used + n_bytes > self.kbuf.shape[0]:
+            self.kbuf = np.resize(self.kbuf, max(2 * self.kbuf.shape[0], self.used + n_bytes))
+        if 2 * n_keys > self.tab.shape[0]:
+            size = self.tab.shape[0]
+            while 2 * n_keys > size:
+                size *= 2
+            self.tab = np.full(size, -1, dtype=np.int64)
+            self.thash = np.zeros(size, dtype=np.uint64)
+            ck.key_rehash(self.tab, self.thash, self.hashes, len(self.keys))
 
 
 class _LineTexts:

@@ -22,8 +22,8 @@ import numpy as np
 
 from shiftwatch._jit import njit
 
-__all__ = ["scan_lines", "same_key_bytes", "first_appearance", "PLAIN", "SLOW", "PY_TS",
-           "PY_VALUE"]
+__all__ = ["scan_lines", "same_key_bytes", "first_appearance", "key_lookup", "key_insert",
+           "key_rehash", "PLAIN", "SLOW", "PY_TS", "PY_VALUE"]
 
 #: A line's status bits: plain; left to the record path's rule; its ts / value cell is a
 #: short number whose double ``float`` must give.
@@ -214,3 +214,71 @@ def first_appearance(codes, ncode):
             k += 1
         inv[i] = j
     return distinct[:k], inv
+
+
+@njit(cache=True)
+def key_lookup(buf, kst, ken, khash, rows, tab, thash, kbuf, koff, klen):
+    """Each row's key code in the table (``tab``: open addressing, -1 empty; ``thash`` the
+    hash at each slot; the codes' bytes at ``kbuf[koff[c]:koff[c] + klen[c]]``), -1 for a
+    key not in it. Same hash and same bytes: the same key."""
+    mask = tab.shape[0] - 1
+    out = np.empty(rows.shape[0], np.int64)
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        h = khash[r]
+        a = kst[r]
+        n = ken[r] - a
+        s = np.int64(h & np.uint64(mask))
+        code = -1
+        while True:
+            c = tab[s]
+            if c < 0:
+                break
+            if thash[s] == h and klen[c] == n:
+                o = koff[c]
+                same = True
+                for q in range(n):
+                    if kbuf[o + q] != buf[a + q]:
+                        same = False
+                        break
+                if same:
+                    code = c
+                    break
+            s = (s + 1) & mask
+        out[j] = code
+    return out
+
+
+@njit(cache=True)
+def key_insert(buf, kst, ken, khash, rows, codes, tab, thash, kbuf, koff, klen, used):
+    """Put the keys of ``rows`` (new to the table) in it as ``codes``, their bytes after
+    ``used`` bytes of ``kbuf`` (room made by the caller); returns the bytes used then."""
+    mask = tab.shape[0] - 1
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        a = kst[r]
+        n = ken[r] - a
+        c = codes[j]
+        kbuf[used:used + n] = buf[a:a + n]
+        koff[c] = used
+        klen[c] = n
+        used += n
+        s = np.int64(khash[r] & np.uint64(mask))
+        while tab[s] >= 0:
+            s = (s + 1) & mask
+        tab[s] = c
+        thash[s] = khash[r]
+    return used
+
+
+@njit(cache=True)
+def key_rehash(tab, thash, hashes, n):
+    """Refill the (empty) table ``tab`` with codes ``0..n-1`` of hashes ``hashes``."""
+    mask = tab.shape[0] - 1
+    for c in range(n):
+        h = hashes[c]
+        s = np.int64(h & np.uint64(mask))
+        while tab[s] >= 0:
+            s = (s + 1) & mask
+        tab[s] = c
+        thash[s] = h

@@ -95,9 +95,13 @@ def csv_scan() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/s.csv"
         with open(path, "w") as f:
-            f.write("key,ts,value\n" + "".join(f"k{i % 3},{i},{i / 7:.4f}\n" for i in range(50)))
+            f.write("key,ts,value\n" + "".join(f"k{i % 600},{i},{i / 7:.4f}\n"
+                                                for i in range(1300)))  # (a table rehash)
         for _ in csv_columns(CsvSource(path, key="key", ts="ts")):
             pass
+    from shiftwatch.streams.csv_kernel import first_appearance
+
+    first_appearance(np.arange(5, dtype=np.int64) % 3, 3)
 
 
 #: The other jobs, by name.

@@ -3,6 +3,7 @@ lines as the column reader's Python rule does."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import numpy as np
@@ -201,3 +202,35 @@ def test_a_line_too_long_is_a_dead_letter_on_both_paths(tmp_path, monkeypatch, k
     longs = [w for w in want if w[0] == "dead" and "characters or more" in w[1]["reason"]]
     assert len(longs) > 20
     assert all(len(w[1]["raw"]) == 12 for w in longs)
+
+
+def _table_block(keys, hashes):
+    raw = "".join(k + "\n" for k in keys).encode()
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    ends = np.cumsum([len(k.encode()) + 1 for k in keys])
+    kst = np.r_[0, ends[:-1]].astype(np.int64)
+    ken = (ends - 1).astype(np.int64)
+    return buf, raw, kst, ken, np.array(hashes, dtype=np.uint64), np.arange(len(keys))
+
+
+def test_the_key_table_keeps_keys_across_blocks():
+    """Same bytes, same code, in any later block; a key whose hash is another's gets its
+    own code; two new keys of one block with one hash: None (the block is read otherwise);
+    thousands of keys (the table grows and is rehashed) keep their codes."""
+    from shiftwatch.streams.columns import _KeyTable
+
+    t = _KeyTable()
+    assert t.codes(*_table_block(["a", "b", "a"], [5, 7, 5])).tolist() == [0, 1, 0]
+    assert t.codes(*_table_block(["c", "a", "b", "é"], [5, 5, 7, 9])).tolist() == [2, 0, 1, 3]
+    assert t.keys == ["a", "b", "c", "é"]
+    assert t.codes(*_table_block(["x", "y"], [11, 11])) is None
+    rng = random.Random(0)
+    names = [f"key-{i}" for i in range(5000)]
+    want = {}
+    for _ in range(40):
+        block = [rng.choice(names) for _ in range(300)]
+        got = t.codes(*_table_block(block, [int.from_bytes(
+            hashlib.blake2b(k.encode(), digest_size=8).digest(), "little") for k in block]))
+        for k, c in zip(block, got.tolist(), strict=True):
+            assert want.setdefault(k, c) == c and t.keys[c] == k
+    assert len(t.keys) == 4 + len(want) and t.tab.shape[0] >= 2 * len(t.keys)
