@@ -11,7 +11,7 @@ from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.state_codec import loads_state
 from shiftwatch.records import BadInput, DeadLetter
 
-__all__ = ["DeferredStateError", "Keyed"]
+__all__ = ["DeferredStateError", "Keyed", "columns_by_key"]
 
 log = logging.getLogger("shiftwatch.operators")
 
@@ -303,6 +303,48 @@ class Keyed(Operator):
 
     def _get_params(self) -> dict:
         return {"operator": self.operator}  # (not the expiry: a clone starts without one)
+
+
+def columns_by_key(keyed: Keyed, keys: list, inv: Any, values: Any, record: Callable,
+                   max_abs: float, ready: Callable, run_segment: Callable, accepted: Any,
+                   alarm: Any, special: dict, dead: list) -> None:
+    """The replay's column kernels' loop over the clones of ``keyed``: each key's rows of a
+    batch (keys in order of first appearance, a key's rows in input order) go through
+    ``run_segment(op, rows, xs)`` in runs its operator takes as plain values; the rows
+    between (a key's first record, an operator not ``ready(op)``, a value beyond ``max_abs``
+    or NaN) go through ``Keyed``'s own store one record at a time, as the record path takes
+    them: their output in ``special`` and ``alarm``, or their dead letter in ``dead`` (and
+    ``accepted`` False). ``record(row)`` is a row as the record path's record."""
+    import numpy as np
+
+    store = keyed._store
+    ops = store._ops
+    order = np.argsort(inv, kind="stable")
+    counts = np.bincount(inv, minlength=len(keys))
+    ends = np.cumsum(counts)
+    for u, key in enumerate(keys):
+        rows = order[ends[u] - counts[u]:ends[u]]
+        xs = values[rows]
+        bad = np.flatnonzero(~(np.abs(xs) <= max_abs)).tolist()
+        i, m = 0, rows.shape[0]
+        while i < m:
+            op = ops.get(key)
+            if op is None or not ready(op) or (bad and bad[0] == i):
+                if bad and bad[0] == i:
+                    bad.pop(0)
+                r = int(rows[i])
+                for o in store.process_batch([record(r)], keyed):  # (one output or one
+                    if isinstance(o, DeadLetter):                    # dead letter)
+                        accepted[r] = False
+                        dead.append(o)
+                    else:
+                        special[r] = o
+                        alarm[r] = bool(o.get("alarm"))
+                i += 1
+                continue
+            j = bad[0] if bad else m
+            run_segment(op, rows[i:j], xs[i:j])
+            i = j
 
 
 class DeferredStateError(ValueError):

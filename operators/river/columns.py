@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shiftwatch.operators.keyed import columns_by_key
 from shiftwatch.operators.river.adapter import RiverDetector, _statistic_adwin
 from shiftwatch.records import DeadLetter
 
@@ -56,8 +57,6 @@ def river_columns(keyed: Any, keys: list, inv: np.ndarray, values: np.ndarray,
     detectors with a warning zone); the dead letters come key by key (keys in order of
     first appearance), as ``Keyed`` gives them.
     """
-    store = keyed._store
-    ops = store._ops
     n = values.shape[0]
     template: RiverDetector = keyed.operator
     warning = template.has_warning
@@ -67,35 +66,13 @@ def river_columns(keyed: Any, keys: list, inv: np.ndarray, values: np.ndarray,
     warn = np.zeros(n, dtype=bool) if warning else None
     special: dict[int, dict] = {}
     dead: list[DeadLetter] = []
-    order = np.argsort(inv, kind="stable")
-    counts = np.bincount(inv, minlength=len(keys))
-    ends = np.cumsum(counts)
-    hi = template.max_abs
-    for u, key in enumerate(keys):
-        rows = order[ends[u] - counts[u]:ends[u]]
-        xs = values[rows]
-        bad = np.flatnonzero(~(np.abs(xs) <= hi)).tolist()  # beyond max_abs: the record rule
-        i, m = 0, rows.shape[0]
-        while i < m:
-            op = ops.get(key)
-            if op is None or op._detector is None or op._shape != () or (bad and bad[0] == i):
-                # The record path for this row (a key's first record, a value it refuses).
-                if bad and bad[0] == i:
-                    bad.pop(0)
-                r = int(rows[i])
-                o = store.process_batch([record(r)], keyed)[0]
-                if isinstance(o, DeadLetter):
-                    accepted[r] = False
-                    dead.append(o)
-                else:
-                    special[r] = o
-                    alarm[r] = bool(o.get("alarm"))
-                i += 1
-                continue
-            j = bad[0] if bad else m
-            _run_segment(op, template, rows[i:j], xs[i:j], ts, record, alarm, stat, warn,
-                         special)
-            i = j
+
+    def segment(op: RiverDetector, rows: np.ndarray, xs: np.ndarray) -> None:
+        _run_segment(op, template, rows, xs, ts, record, alarm, stat, warn, special)
+
+    columns_by_key(keyed, keys, inv, values, record, template.max_abs,
+                   lambda op: op._detector is not None and op._shape == (), segment, accepted,
+                   alarm, special, dead)
     fields: dict[str, Any] = {"statistic": stat}
     if warning:
         fields["warning"] = warn

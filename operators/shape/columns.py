@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shiftwatch.operators.keyed import columns_by_key
 from shiftwatch.operators.shape.operator import ShapeOperator
 from shiftwatch.records import MAX_ABS, DeadLetter
 
@@ -47,8 +48,6 @@ def shape_columns(keyed: Any, keys: list, inv: np.ndarray, values: np.ndarray,
     ``fields`` is ``{"statistic": floats, "threshold": floats (NaN for None)}``; the dead
     letters come key by key (keys in order of first appearance), as ``Keyed`` gives them.
     """
-    store = keyed._store
-    ops = store._ops
     n = values.shape[0]
     accepted = np.ones(n, dtype=bool)
     alarm = np.zeros(n, dtype=bool)
@@ -56,33 +55,13 @@ def shape_columns(keyed: Any, keys: list, inv: np.ndarray, values: np.ndarray,
     thr = np.full(n, np.nan)
     special: dict[int, dict] = {}
     dead: list[DeadLetter] = []
-    order = np.argsort(inv, kind="stable")
-    counts = np.bincount(inv, minlength=len(keys))
-    ends = np.cumsum(counts)
-    for u, key in enumerate(keys):
-        rows = order[ends[u] - counts[u]:ends[u]]
-        xs = values[rows]
-        bad = np.flatnonzero(~(np.abs(xs) <= MAX_ABS)).tolist()  # (NaN too): the record rule
-        i, m = 0, rows.shape[0]
-        while i < m:
-            op = ops.get(key)
-            if op is None or op._detector._c not in (None, 1) or (bad and bad[0] == i):
-                if bad and bad[0] == i:
-                    bad.pop(0)
-                r = int(rows[i])
-                got = store.process_batch([record(r)], keyed)
-                for o in got:  # (one output or one dead letter)
-                    if isinstance(o, DeadLetter):
-                        accepted[r] = False
-                        dead.append(o)
-                    else:
-                        special[r] = o
-                        alarm[r] = bool(o.get("alarm"))
-                i += 1
-                continue
-            j = bad[0] if bad else m
-            _run_segment(op, rows[i:j], xs[i:j], ts, record, alarm, stat, thr, special)
-            i = j
+
+    def segment(op: ShapeOperator, rows: np.ndarray, xs: np.ndarray) -> None:
+        _run_segment(op, rows, xs, ts, record, alarm, stat, thr, special)
+
+    columns_by_key(keyed, keys, inv, values, record, MAX_ABS,  # (NaN too: the record rule)
+                   lambda op: op._detector._c in (None, 1), segment, accepted, alarm,
+                   special, dead)
     return accepted, alarm, {"statistic": stat, "threshold": thr}, special, dead
 
 
