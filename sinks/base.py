@@ -10,9 +10,10 @@ the series); ``write_dead_letters(records)`` with the dead-letter records (only 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["Sink"]
+__all__ = ["Sink", "per_key_number"]
 
 
 class Sink:
@@ -46,3 +47,25 @@ class Sink:
     def summary(self) -> dict:
         """A small JSON-able dict for the run summary (counts, paths)."""
         return {}
+
+
+def per_key_number(holder: Any, attr: str, columns: Any, make: Callable[[Any], Any]) -> list:
+    """``make(key)`` of each of ``columns.keys``, kept by the key's number in the run
+    (``columns.gids``, numbers of ``columns.gid_space``: the replay's columnar path) in
+    ``holder``'s attribute ``attr``: a key met before is found by its number, without a
+    lookup per key and batch; the keys met for the first time are made in order."""
+    space, table = getattr(holder, attr, None) or (None, None)
+    if space is not columns.gid_space:
+        space, table = columns.gid_space, []
+    g = columns.gids.tolist()
+    top = max(g) + 1 if g else 0
+    if top > len(table):
+        table.extend([None] * (top - len(table)))
+    got = list(map(table.__getitem__, g))
+    if None in got:
+        keys = columns.keys
+        for j, v in enumerate(got):
+            if v is None:
+                got[j] = table[g[j]] = make(keys[j])
+    setattr(holder, attr, (space, table))
+    return got

@@ -47,7 +47,7 @@ import numpy as np
 from shiftwatch.codec import jsonable, key_text
 from shiftwatch.records import reason_kind
 from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed
-from shiftwatch.sinks.base import Sink
+from shiftwatch.sinks.base import Sink, per_key_number
 from shiftwatch.sinks.fleet import NO_OFFSET
 from shiftwatch.sinks.panels import SCALAR, KeyViews, plot_value, value_kind
 from shiftwatch.sinks.report import ReportBuilder
@@ -378,21 +378,10 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         last = self.__dict__.get("_last_kids")
         if last is not None and last[0] is keys:
             return last[1]
-        gids = getattr(columns, "gids", None)
-        if gids is None:
+        if getattr(columns, "gids", None) is None:
             ids = [self._kid(k) for k in keys]
         else:
-            space, table = self.__dict__.get("_kid_table", (None, None))
-            if space is not columns.gid_space:
-                space, table = columns.gid_space, np.full(1024, -1, dtype=np.int64)
-            top = int(gids.max()) + 1
-            if top > table.shape[0]:
-                table = np.r_[table, np.full(2 * top - table.shape[0], -1, dtype=np.int64)]
-            got = table[gids]
-            for j in np.flatnonzero(got < 0).tolist():
-                got[j] = table[gids[j]] = self._kid(keys[j])
-            self._kid_table = (space, table)
-            ids = got.tolist()
+            ids = per_key_number(self, "_kid_table", columns, self._kid)
         self._last_kids = (keys, ids)
         return ids
 

@@ -27,7 +27,7 @@ import numpy as np
 from shiftwatch.codec import dumps_record, jsonable
 from shiftwatch.records import DeadLetter
 from shiftwatch.sinks.atomic_file import AtomicFile, WriteFailed, reason_of
-from shiftwatch.sinks.base import Sink
+from shiftwatch.sinks.base import Sink, per_key_number
 from shiftwatch.sinks.key_names import key_label
 
 __all__ = [
@@ -217,19 +217,8 @@ class JsonlSink(_FileSink):
         """Each row's key as JSON (``keys`` the distinct keys, ``inv`` each row's index;
         ``columns.gids``, the keys' numbers in the run, when given: a key's JSON is kept by
         its number, no lookup per key and batch)."""
-        gids = getattr(columns, "gids", None)
-        if gids is not None:
-            space, table = self.__dict__.get("_key_json_table", (None, None))
-            if space is not columns.gid_space:
-                space, table = columns.gid_space, []
-            top = int(gids.max()) + 1
-            if top > len(table):
-                table.extend([None] * (top - len(table)))
-            g = gids.tolist()
-            encoded = list(map(table.__getitem__, g))
-            for j in [j for j, t in enumerate(encoded) if t is None] if None in encoded else ():
-                encoded[j] = table[g[j]] = _dumps(keys[j])
-            self._key_json_table = (space, table)
+        if getattr(columns, "gids", None) is not None:
+            encoded = per_key_number(self, "_key_json_table", columns, _dumps)
             return list(map(encoded.__getitem__, inv.tolist()))
         cache = self.__dict__.setdefault("_key_json", {})
         if len(cache) > 100_000:
