@@ -79,7 +79,8 @@ class InputColumns:
         rec: dict[str, Any] = {"key": self.keys[self.inv[i]]}
         if self.ts is not None:
             rec["ts"] = float(self.ts[i])
-        rec["value"] = float(self.values[i])
+        v = self.values[i]
+        rec["value"] = float(v) if v.ndim == 0 else v.tolist()  # (a vector: its list)
         rec["offset"] = int(self.offsets[i])
         return rec
 
@@ -172,14 +173,19 @@ def columnar_run(pipeline: Any) -> _ColumnarRun | None:
         return None
     ops = pipeline.operators
     if (pipeline.speed or pipeline.metrics is not None or pipeline.expiry is not None
-            or len(ops) not in (1, 2)):
+            or len(ops) not in (1, 2, 3)):
         return None
     from shiftwatch.streams.columns import columns_eligible
 
-    if not columns_eligible(pipeline.source) or _unfit(pipeline.source):
-        return None
     kernel = _kernel(ops[0]) if len(ops) == 1 else _chain_kernel(*ops)
     if kernel is None:
+        return None
+    vectors = getattr(kernel[0], "vectors", False)  # (the chain reads vectors)
+    source = pipeline.source
+    if vectors != bool(getattr(source, "_vector", False)):
+        return None
+    eligible = columns_eligible(source, vectors=True) if vectors else columns_eligible(source)
+    if not eligible or _unfit(source):
         return None
     return _ColumnarRun(pipeline, *kernel)
 
@@ -197,7 +203,7 @@ def source_columns(source: Any) -> Any:
         return jsonl_columns(source)
     from shiftwatch.streams.columns import csv_columns
 
-    return csv_columns(source)
+    return csv_columns(source, vectors=bool(source._vector))
 
 
 def _unfit(source: Any) -> bool:
@@ -216,9 +222,37 @@ def _unfit(source: Any) -> bool:
     return verdict
 
 
-def _chain_kernel(first: Any, second: Any) -> tuple | None:
-    """The column kernel for the chain ``first -> second`` (``standardize -> river:NAME``,
-    both keyed), or None."""
+class _KarcherChain:
+    """The column kernel of a ``karcher`` chain
+    (:func:`~shiftwatch.operators.riemannian.columns.karcher_chain_columns`) in the form
+    :class:`_ColumnarRun` calls (the detector first); ``vectors``: it reads a vector per
+    row."""
+
+    __name__ = "karcher_chain_columns"
+
+    def __init__(self, ops: list):
+        from shiftwatch.operators.riemannian.transforms import WindowCovariance
+
+        self.ops = ops
+        self.vectors = type(ops[0].operator) is WindowCovariance
+
+    def __call__(self, _op: Any, *args: Any) -> tuple:
+        from shiftwatch.operators.riemannian.columns import karcher_chain_columns
+
+        return karcher_chain_columns(self.ops, *args)
+
+
+def _chain_kernel(*ops: Any) -> tuple | None:
+    """The column kernel for the chain ``ops`` (keyed): ``standardize -> river:NAME``,
+    ``window_covariance -> karcher`` or ``embed -> window_covariance -> karcher``
+    (:func:`~shiftwatch.operators.riemannian.columns.chain_ready`), or None."""
+    if type(getattr(ops[-1], "operator", None)).__name__ == "KarcherOperator":
+        from shiftwatch.operators.riemannian.columns import chain_ready
+
+        return (_KarcherChain(list(ops)), True) if chain_ready(list(ops)) else None
+    if len(ops) != 2:
+        return None
+    first, second = ops
     got = _kernel(second)
     if got is None or got[0].__name__ != "river_columns":
         return None
@@ -257,7 +291,9 @@ class _Positions:
     def __init__(self) -> None:
         self.n_in = np.zeros(16, dtype=np.int64)
         self.n_det = np.zeros(16, dtype=np.int64)
-        self.rejected: dict[int, list[int]] = {}
+        # per key, the positions of its inputs without a detector output (rejected, or held
+        # by a stage before it: a window filling), in parts
+        self.rejected: dict[int, list[np.ndarray]] = {}
 
     def batch(self, ids: np.ndarray, inv: np.ndarray, accepted: np.ndarray,
               special: dict[int, dict]) -> None:
@@ -268,34 +304,59 @@ class _Positions:
             self.n_in = np.r_[self.n_in, np.zeros(size - self.n_in.shape[0], np.int64)]
             self.n_det = np.r_[self.n_det, np.zeros(size - self.n_det.shape[0], np.int64)]
         all_ok = bool(accepted.all())
+        located = sorted(i for i, o in special.items() if "change_at" in o)
+        if not all_ok or located:
+            rank = _rank(inv)  # each row's place among its key's rows of the batch
         if not all_ok:  # each rejected input's position among its key's inputs
-            for i in np.flatnonzero(~accepted).tolist():
-                g = int(ids[inv[i]])
-                before = int(np.count_nonzero(inv[:i] == inv[i]))
-                self.rejected.setdefault(g, []).append(int(self.n_in[g]) + before)
-        for i in sorted(i for i, o in special.items() if "change_at" in o):
+            bad = np.flatnonzero(~accepted)
+            pos = self.n_in[ids[inv[bad]]] + rank[bad]
+            g_bad = ids[inv[bad]]
+            order = np.argsort(g_bad, kind="stable")
+            g_sorted = g_bad[order]
+            cuts = np.flatnonzero(np.diff(g_sorted)) + 1
+            for part in np.split(order, cuts):
+                self.rejected.setdefault(int(g_bad[part[0]]), []).append(pos[part])
+        for i in located:
             o = special[i]
             j = o.get("change_at")
             if j is None or isinstance(j, bool) or not isinstance(j, int):
                 continue
             g = int(ids[inv[i]])
-            same = inv[:i] == inv[i]
-            if not all_ok:
-                same &= accepted[:i]
-            seen = int(self.n_det[g]) + int(np.count_nonzero(same)) + 1  # with this one
+            if all_ok:
+                before = int(rank[i])
+            else:  # the key's accepted rows before this one
+                same = inv[:i] == inv[i]
+                before = int(np.count_nonzero(same & accepted[:i]))
+            seen = int(self.n_det[g]) + before + 1  # with this one
             if 0 <= j < seen:
-                p = j  # the j-th accepted input: past the rejected ones up to it
-                for r in self.rejected.get(g, ()):
-                    if r <= p:
-                        p += 1
-                    else:
-                        break
-                o["change_at"] = p
+                o["change_at"] = self._position(g, j)
             else:
                 o["change_at"] = None
                 o["change_at_operator"] = j
         _add(self.n_in, ids, inv)
         _add(self.n_det, ids, inv if all_ok else inv[accepted])
+
+
+    def _position(self, g: int, j: int) -> int:
+        """The position among key ``g``'s inputs of its ``j``-th accepted one (past the
+        rejected ones up to it)."""
+        parts = self.rejected.get(g)
+        if not parts:
+            return j
+        if len(parts) > 1:
+            parts[:] = [np.concatenate(parts)]
+        rej = parts[0]  # increasing: the k-th accepted input is at k + (rejected before it)
+        return j + int(np.searchsorted(rej - np.arange(rej.shape[0]), j, side="right"))
+
+
+def _rank(inv: np.ndarray) -> np.ndarray:
+    """Each row's place among the rows of its key (``inv``: each row's key), from 0."""
+    order = np.argsort(inv, kind="stable")
+    counts = np.bincount(inv)
+    starts = np.cumsum(counts) - counts
+    rank = np.empty(inv.shape[0], dtype=np.int64)
+    rank[order] = np.arange(inv.shape[0]) - np.repeat(starts, counts)
+    return rank
 
 
 def _add(counts: np.ndarray, ids: np.ndarray, inv: np.ndarray) -> None:
@@ -480,9 +541,10 @@ class _ColumnarRun:
                 self.op, uniq, inv, values, ts, inputs.record)
             dead = [d if type(d) is tuple else (0, d) for d in dead]  # (stage, dead letter)
             by_batch = self._group_dead(inputs, dead)
+            rows = sorted({int(np.searchsorted(offs, d.origin.get("offset")))
+                           for _, d in dead})
             where = {int(offs[i]): {"file": self.path, "line": int(lines[i]),
-                                    "offset": int(offs[i])}
-                     for i in np.flatnonzero(~accepted).tolist()} if dead else {}
+                                    "offset": int(offs[i])} for i in rows}
             rows_special = sorted(special)
             for b in range(-(-n // size)):
                 lo, hi = b * size, min(n, (b + 1) * size)
@@ -513,19 +575,15 @@ class _ColumnarRun:
         size = self.p.batch_size
         order = []
         rows = [int(np.searchsorted(inputs.offsets, d.origin.get("offset"))) for _, d in dead]
-        gone = np.zeros(len(inputs), dtype=bool)  # rows an earlier stage rejected
         for (stage, d), row in zip(dead, rows, strict=True):
             b = row // size
             first = 0
-            if self.grouped:
+            if self.grouped:  # (each stage's keys in order of first appearance in the
+                # micro-batch: Keyed groups by key, and a later stage gets the groups in order)
                 lo = b * size
                 same = inputs.inv[lo:lo + size] == inputs.inv[row]
-                if stage:  # a later stage groups what the earlier ones accepted
-                    same &= ~gone[lo:lo + size]
                 first = int(np.flatnonzero(same)[0])
             order.append(((b, stage, first, row), (stage, d)))
-            if stage == 0:
-                gone[row] = True
         order.sort(key=lambda x: x[0])
         by_batch: dict[int, list] = {}
         for (b, *_), item in order:

@@ -352,6 +352,9 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
     def write_input_columns(self, columns: Any) -> None:
         """:meth:`write_inputs` of a column batch of scalar inputs (the replay's columnar
         path, :class:`~shiftwatch.deploy.columnar.InputColumns`): the same columns kept."""
+        if columns.values.ndim != 1:
+            self._write_vector_columns(columns)
+            return
         kinds = self._kinds
         ids = self._kids(columns.keys, columns)
         if len(kinds) < len(self._keys) or self._kinds_not_scalar:
@@ -369,6 +372,37 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         self._in_ts.frombytes(np.ascontiguousarray(ts, dtype=np.float64).tobytes())
         self._in_val.frombytes(np.ascontiguousarray(columns.values,
                                                     dtype=np.float64).tobytes())
+
+    def _write_vector_columns(self, columns: Any) -> None:
+        """:meth:`write_input_columns` of vectors (``values`` (n, d)): each key's
+        coordinates kept as :meth:`_slow_value` keeps them, key by key; vectors that are
+        not plotted as coordinates (one or many coordinates), or a key whose earlier values
+        were of another kind: record by record."""
+        vals = columns.values
+        n, d = vals.shape[0], vals.shape[1] if vals.ndim == 2 else 0
+        kind = value_kind(vals[0]) if n and vals.ndim == 2 else None
+        ids = self._kids(columns.keys, columns)
+        kinds = self._kinds
+        if (kind is None or kind != ("coords", d)
+                or any(kinds.get(k, kind) != kind for k in ids)):
+            self.write_inputs(columns.records())
+            return
+        for k in ids:
+            if k not in kinds:
+                kinds[k] = kind
+                self._kinds_not_scalar += 1
+        order = np.argsort(columns.inv, kind="stable")
+        counts = np.bincount(columns.inv, minlength=len(ids))
+        starts = np.cumsum(counts) - counts
+        rows = vals[order].tolist()
+        for u, k in enumerate(ids):
+            self._vectors.setdefault(k, []).extend(
+                map(tuple, rows[starts[u]:starts[u] + counts[u]]))
+        self._in_key.frombytes(np.asarray(ids, dtype=np.int64)[columns.inv].tobytes())
+        self._in_off.frombytes(_offsets(columns.offsets).tobytes())
+        ts = columns.ts if columns.ts is not None else np.full(n, math.nan)
+        self._in_ts.frombytes(np.ascontiguousarray(ts, dtype=np.float64).tobytes())
+        self._in_val.frombytes(np.full(n, math.nan).tobytes())
 
     def _kids(self, keys: list, columns: Any = None) -> list[int]:
         """:meth:`_kid` of each of ``keys`` (a column batch's distinct keys; the outputs of a

@@ -15,7 +15,11 @@ file give the same records and dead letters, with the same reasons and line numb
 
 Only what the columns can hold is read this way (:func:`columns_eligible`): a scalar
 ``value`` column, optional ``key`` and ``ts`` columns, no ``ts_format``, no ``y``, ``task``
-or ``extra`` columns. Anything else stays on the record path. A JSON Lines file under the
+or ``extra`` columns. Anything else stays on the record path. Vectors are read when asked
+(``vectors=True``): a ``value`` that is a list of columns gives ``values`` of shape
+``(rows, columns)``, each row the record's ``value`` list (the scan of several value cells a
+line is :func:`~shiftwatch.streams.csv_kernel.scan_vector_lines`); callers that only take
+scalars leave the flag off and see the same answers as before. A JSON Lines file under the
 same conditions is read by :mod:`~shiftwatch.streams.jsonl_columns`;
 :func:`~shiftwatch.deploy.columnar.source_columns` picks the reader.
 """
@@ -103,7 +107,8 @@ class ColumnChunk:
     ts
         float64 array of the rows' ``ts``, or None without a ts column.
     values
-        float64 array of the rows' values.
+        float64 array of the rows' values: shape ``(rows,)``, or C-contiguous ``(rows, d)``
+        for a vector value of ``d`` columns (a row the record's ``value``, in column order).
     lines
         int64 array of the rows' line numbers (1-based; the header is line 1).
     dead
@@ -133,23 +138,28 @@ class ColumnChunk:
         return self.lines.shape[0]
 
 
-def columns_eligible(source: Any) -> bool:
+def columns_eligible(source: Any, vectors: bool = False) -> bool:
     """Whether ``source`` can be read in columns: by :func:`csv_columns` (a
     :class:`~shiftwatch.streams.files.CsvSource`) or by
     :func:`~shiftwatch.streams.jsonl_columns.jsonl_columns` (a
-    :class:`~shiftwatch.streams.files.JsonlSource`)."""
-    return (type(source) in (CsvSource, JsonlSource) and isinstance(source.value, str)
+    :class:`~shiftwatch.streams.files.JsonlSource`). With ``vectors``, a CSV ``value``
+    that is a list of columns is read too (``csv_columns(..., vectors=True)``)."""
+    kind = type(source)
+    return (kind in (CsvSource, JsonlSource)
+            and (isinstance(source.value, str) or (vectors and kind is CsvSource))
             and not source.y and not source.task and not source._extra
             and source.ts_format is None)
 
 
-def csv_columns(source: CsvSource, chunk_chars: int = CHUNK_CHARS) -> Iterator[ColumnChunk]:
-    """The items of ``source`` (see :func:`columns_eligible`) as column chunks, in file order.
+def csv_columns(source: CsvSource, chunk_chars: int = CHUNK_CHARS,
+                vectors: bool = False) -> Iterator[ColumnChunk]:
+    """The items of ``source`` (see :func:`columns_eligible`; ``vectors``: a vector value
+    too, its ``values`` of shape ``(rows, columns)``) as column chunks, in file order.
 
     Counts blank lines in ``source.blank_lines``; ``source.close()`` closes an iteration
     under way.
     """
-    if type(source) is not CsvSource or not columns_eligible(source):
+    if type(source) is not CsvSource or not columns_eligible(source, vectors):
         raise ValueError(f"{source!r} cannot be read in columns (see columns_eligible)")
     it = _chunks(source, chunk_chars)
     source._open.append(it)
@@ -160,12 +170,15 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
     src.blank_lines = 0
     header = src._header
     pos = {c: header.index(c) for c in src._wanted()}
+    # a vector's value positions as a tuple, one per column (a column may come twice)
+    vpos = tuple(pos[c] for c in src._columns) if src._vector else pos[src._columns[0]]
     layout = (len(header), pos.get(src.key) if src.key else None,
-              pos.get(src.ts) if src.ts else None, pos[src._columns[0]], pos)
+              pos.get(src.ts) if src.ts else None, vpos, pos)
     d = src.delimiter
+    kt = {layout[1], layout[2]} - {None}
     scan = (SCAN and len(d) == 1 and d.isascii() and d not in '"\r\n\x00'
-            and len({layout[1], layout[2], layout[3]} - {None}) == 3 - (layout[1] is None)
-            - (layout[2] is None))
+            and len(kt) == 2 - (layout[1] is None) - (layout[2] is None)
+            and not kt & (set(vpos) if src._vector else {vpos}))
 
     table = _KeyTable()
 
@@ -214,7 +227,7 @@ def _file_chunks(src: Any, f: Any, guard: Any, lineno: int, chunk_chars: int, bl
     lineno += 1  # the line the damage cut short, or the one after the last
     if guard is not None and guard.error is not None:
         dead = src._dead(_raw(tail or ""), _damage_reason(guard.error, lineno - 1), lineno)
-        yield ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
+        yield ColumnChunk([], None if src.ts is None else np.empty(0), _no_values(src),
                           np.empty(0, dtype=np.int64), [(0, dead)])
 
 
@@ -225,7 +238,8 @@ def _scanned(src: CsvSource, text: str, first: int, layout: tuple, table: _KeyTa
     :func:`~shiftwatch.streams.csv_kernel.scan_lines`, and how many lines they are; None
     when the text holds bytes that are not UTF-8 or a carriage return that ends a line alone
     (the caller then reads it by :func:`_block`). The lines the scan does not pass take the
-    record path's rule, as in :func:`_block`."""
+    record path's rule, as in :func:`_block`. A vector value is scanned by
+    :func:`_scanned_vector`."""
     crlf = "\r" in text
     if crlf and text.count("\r") != text.count("\r\n"):
         return None
@@ -240,10 +254,11 @@ def _scanned(src: CsvSource, text: str, first: int, layout: tuple, table: _KeyTa
     ncol, kpos, tpos, vpos, pos = layout
     d = src.delimiter
     buf = np.frombuffer(raw, dtype=np.uint8)
+    if type(vpos) is tuple:
+        return _scanned_vector(src, raw, buf, crlf, first, layout, table)
     starts, status, kst, ken, khash, ts, values = ck.scan_lines(
         buf, ord(d), ncol, -1 if kpos is None else kpos, -1 if tpos is None else tpos, vpos,
         MAX_ABS, ck._POW10, crlf)
-    n = status.shape[0]
     texts = _LineTexts(raw, starts, 2 if crlf else 1)
     for i in np.flatnonzero(status > ck.SLOW).tolist():  # numbers float() must read
         cells = texts[i].split(d)
@@ -253,6 +268,53 @@ def _scanned(src: CsvSource, text: str, first: int, layout: tuple, table: _KeyTa
                 col[i] = x
                 if not abs(x) <= MAX_ABS:
                     status[i] = ck.SLOW
+    return _scanned_rows(src, raw, buf, first, layout, table, texts, status, kst, ken, khash,
+                         ts, values)
+
+
+def _scanned_vector(src: CsvSource, raw: bytes, buf: np.ndarray, crlf: bool, first: int,
+                    layout: tuple, table: _KeyTable) -> tuple[ColumnChunk, int] | None:
+    """:func:`_scanned` for a vector value: its distinct value fields scanned by
+    :func:`~shiftwatch.streams.csv_kernel.scan_vector_lines` into a slot each, then put in
+    the order of the value's columns (a column named twice gives its slot twice)."""
+    from shiftwatch.streams import csv_kernel as ck
+
+    ncol, kpos, tpos, vpos, _ = layout
+    d = src.delimiter
+    fields = list(dict.fromkeys(vpos))  # slot -> field
+    vslot = np.full(ncol, -1, dtype=np.int64)
+    vslot[fields] = np.arange(len(fields))
+    starts, status, kst, ken, khash, ts, values, fst, fen, fat = ck.scan_vector_lines(
+        buf, ord(d), ncol, -1 if kpos is None else kpos, -1 if tpos is None else tpos, vslot,
+        len(fields), MAX_ABS, ck._POW10, crlf)
+    texts = _LineTexts(raw, starts, 2 if crlf else 1)
+    for i in np.flatnonzero(status & ck.PY_TS).tolist():  # ts that float() must read
+        ts[i] = x = float(texts[i].split(d)[tpos])
+        if not abs(x) <= MAX_ABS:
+            status[i] = ck.SLOW
+    if fat.shape[0]:  # value cells that float() must read (short numbers: ASCII), at once
+        cells = ck.gather_cells(buf, fst, fen).tobytes().decode("ascii").split("\n")
+        got = np.fromiter(map(float, cells), dtype=np.float64, count=len(cells))
+        values.reshape(-1)[fat] = got
+        big = ~(np.abs(got) <= MAX_ABS)
+        if big.any():
+            status[fat[big] // len(fields)] = ck.SLOW
+    if len(fields) != len(vpos):  # a column named twice
+        values = np.ascontiguousarray(values[:, [fields.index(p) for p in vpos]])
+    return _scanned_rows(src, raw, buf, first, layout, table, texts, status, kst, ken, khash,
+                         ts, values)
+
+
+def _scanned_rows(src: CsvSource, raw: bytes, buf: np.ndarray, first: int, layout: tuple,
+                  table: _KeyTable, texts: _LineTexts, status: np.ndarray, kst: np.ndarray,
+                  ken: np.ndarray, khash: np.ndarray, ts: np.ndarray, values: np.ndarray
+                  ) -> tuple[ColumnChunk, int] | None:
+    """The chunk of a scanned block (the scan's arrays, its numbers for ``float`` read):
+    the keys' codes, and the lines the scan did not pass by the record path's rule."""
+    from shiftwatch.streams import csv_kernel as ck
+
+    ncol, kpos, tpos, _, pos = layout
+    n = status.shape[0]
     slow = status == ck.SLOW
     rows = np.flatnonzero(~slow) if slow.any() else None
     if kpos is None:
@@ -355,8 +417,16 @@ class _LineTexts:
 def _long_chunk(src: Any, head: str, lineno: int) -> ColumnChunk:
     """The dead letter of a line of ``MAX_LINE_CHARS`` characters or more, as a chunk."""
     dead = src._dead(_raw(head), _lines.long_line_reason(), lineno)
-    return ColumnChunk([], None if src.ts is None else np.empty(0), np.empty(0),
+    return ColumnChunk([], None if src.ts is None else np.empty(0), _no_values(src),
                        np.empty(0, dtype=np.int64), [(0, dead)])
+
+
+def _no_values(src: Any) -> np.ndarray:
+    """The ``values`` of a chunk without rows: shape ``(0,)``, or ``(0, d)`` for a CSV
+    vector value of ``d`` columns."""
+    if type(src) is CsvSource and src._vector:
+        return np.empty((0, len(src._columns)))
+    return np.empty(0)
 
 
 def _split_lines(text: str) -> tuple[list[str], bool]:
@@ -399,7 +469,13 @@ def _block(src: CsvSource, texts: list[str], first: int, layout: tuple) -> Colum
         cols = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(ncol)]
     m = n if cand is None else len(cand)
     ok = np.ones(m, dtype=bool)
-    values = _numbers(cols[vpos], ok)
+    if type(vpos) is tuple:  # a vector: a column of the values each, in the value's order
+        values = np.empty((m, len(vpos)))
+        done: dict[int, np.ndarray] = {}
+        for j, p in enumerate(vpos):
+            values[:, j] = done[p] if p in done else done.setdefault(p, _numbers(cols[p], ok))
+    else:
+        values = _numbers(cols[vpos], ok)
     ts = _numbers(cols[tpos], ok) if tpos is not None else None
     keys = cols[kpos] if kpos is not None else [None] * m
     if not ok.all():
@@ -421,7 +497,7 @@ def _merge(src: Any, texts: Any, first: int, n: int, cand: Any, keys: list,
     (The CSV and the JSON Lines readers'.)"""
     kind = np.zeros(n, dtype=np.int8)  # 0 a row, 1 a dead letter, 2 a blank line
     all_keys: list = [None] * n
-    all_v = np.zeros(n)
+    all_v = np.zeros((n,) + values.shape[1:])  # (a vector value: a row a line)
     all_t = np.zeros(n) if ts is not None else None
     idx = np.arange(n) if cand is None else np.asarray(cand, dtype=np.int64)
     okr = np.flatnonzero(ok)

@@ -6,7 +6,8 @@ a ``\\r\\n`` line end; exactly ``ncol`` fields; its ``ts`` and ``value`` cells s
 record path's grammar, :data:`~shiftwatch.streams.files._SHORT_NUMBER`), and for a plain
 line gives the numbers and where its key cell lies, with a 64-bit FNV-1a hash of the key's
 bytes. Every other line is left to the record path's own rule
-(:mod:`~shiftwatch.streams.columns`).
+(:mod:`~shiftwatch.streams.columns`). :func:`scan_vector_lines` does the same for a vector
+value, several value cells a line (a separate kernel, so the scalar scan stays as it was).
 
 A number is computed here only when the result is the double that Python's ``float`` gives
 for the text: the decimal digits, leading zeros dropped, make an integer ``m`` below
@@ -22,8 +23,9 @@ import numpy as np
 
 from shiftwatch._jit import njit
 
-__all__ = ["scan_lines", "same_key_bytes", "first_appearance", "key_lookup", "key_insert",
-           "key_rehash", "PLAIN", "SLOW", "PY_TS", "PY_VALUE"]
+__all__ = ["scan_lines", "scan_vector_lines", "gather_cells", "same_key_bytes",
+           "first_appearance",
+           "key_lookup", "key_insert", "key_rehash", "PLAIN", "SLOW", "PY_TS", "PY_VALUE"]
 
 #: A line's status bits: plain; left to the record path's rule; its ts / value cell is a
 #: short number whose double ``float`` must give.
@@ -143,18 +145,19 @@ def scan_lines(buf, delim, ncol, kpos, tpos, vpos, max_abs, pow10, crlf):
         bad = False
         while True:
             b = buf[i]
+            e = i  # the cell's end (before the \r of a \r\n)
             if crlf and b == 13:  # the \r of \r\n: the line's end
                 i += 1
                 b = 10
             if b == 10 or b == delim:
                 if field == kpos:
-                    kst[line], ken[line] = fs, i
+                    kst[line], ken[line] = fs, e
                     h = _FNV_OFFSET
-                    for q in range(fs, i):
+                    for q in range(fs, e):
                         h = (h ^ np.uint64(buf[q])) * _FNV_PRIME
                     khash[line] = h
                 elif field == tpos or field == vpos:
-                    got, x = _number(buf, fs, i, pow10)
+                    got, x = _number(buf, fs, e, pow10)
                     if got == 0 or (got == 1 and not abs(x) <= max_abs):
                         bad = True
                     elif field == tpos:
@@ -177,6 +180,96 @@ def scan_lines(buf, delim, ncol, kpos, tpos, vpos, max_abs, pow10, crlf):
             status[line] = 1
     starts[n] = i
     return starts, status, kst, ken, khash, ts, val
+
+
+@njit(cache=True)
+def scan_vector_lines(buf, delim, ncol, kpos, tpos, vslot, nv, max_abs, pow10, crlf):
+    """:func:`scan_lines` for a vector value of ``nv`` cells: ``vslot[field]`` (int64, one
+    per field of ``ncol``) is the value's slot a field's number goes to, or -1 (no field is
+    both a slot and ``kpos`` or ``tpos``). The value comes as a float64 array of shape
+    ``(lines, nv)``; the value cells for ``float`` (:data:`PY_VALUE`) are listed too:
+    their byte spans and flat index ``line * nv + slot`` in the value array, in three more
+    int64 arrays (for :func:`gather_cells`)."""
+    n = 0
+    for j in range(buf.shape[0]):
+        if buf[j] == 10:
+            n += 1
+    starts = np.empty(n + 1, np.int64)
+    status = np.zeros(n, np.int8)
+    kst = np.zeros(n, np.int64)
+    ken = np.zeros(n, np.int64)
+    khash = np.zeros(n, np.uint64)
+    ts = np.zeros(n, np.float64)
+    val = np.zeros((n, nv), np.float64)
+    fst = np.empty(n * nv, np.int64)
+    fen = np.empty(n * nv, np.int64)
+    fat = np.empty(n * nv, np.int64)
+    nf = 0
+    i = 0
+    for line in range(n):
+        starts[line] = i
+        field = 0
+        fs = i
+        bad = False
+        while True:
+            b = buf[i]
+            e = i  # the cell's end (before the \r of a \r\n)
+            if crlf and b == 13:  # the \r of \r\n: the line's end
+                i += 1
+                b = 10
+            if b == 10 or b == delim:
+                if field == kpos:
+                    kst[line], ken[line] = fs, e
+                    h = _FNV_OFFSET
+                    for q in range(fs, e):
+                        h = (h ^ np.uint64(buf[q])) * _FNV_PRIME
+                    khash[line] = h
+                elif field < ncol and (field == tpos or vslot[field] >= 0):
+                    got, x = _number(buf, fs, e, pow10)
+                    if got == 0 or (got == 1 and not abs(x) <= max_abs):
+                        bad = True
+                    elif field == tpos:
+                        ts[line] = x
+                        if got == 2:
+                            status[line] |= 2
+                    else:
+                        val[line, vslot[field]] = x
+                        if got == 2:
+                            status[line] |= 4
+                            fst[nf], fen[nf] = fs, e
+                            fat[nf] = line * nv + vslot[field]
+                            nf += 1
+                field += 1
+                fs = i + 1
+                if b == 10:
+                    break
+            elif b == 34 or b == 13 or b == 0:
+                bad = True
+            i += 1
+        i += 1
+        if bad or field != ncol:
+            status[line] = 1
+    starts[n] = i
+    return starts, status, kst, ken, khash, ts, val, fst[:nf], fen[:nf], fat[:nf]
+
+
+@njit(cache=True)
+def gather_cells(buf, fst, fen):
+    """The cells ``buf[fst[k]:fen[k]]`` joined by ``\\n`` (uint8), to be read by ``float``
+    in one pass."""
+    total = 0
+    for k in range(fst.shape[0]):
+        total += fen[k] - fst[k] + 1
+    out = np.empty(max(total - 1, 0), np.uint8)
+    o = 0
+    for k in range(fst.shape[0]):
+        if k:
+            out[o] = 10
+            o += 1
+        for q in range(fst[k], fen[k]):
+            out[o] = buf[q]
+            o += 1
+    return out
 
 
 @njit(cache=True)

@@ -99,6 +99,12 @@ def csv_scan() -> None:
                                                 for i in range(1300)))  # (a table rehash)
         for _ in csv_columns(CsvSource(path, key="key", ts="ts")):
             pass
+        with open(path, "w") as f:  # (vectors: their own scan; a long number float reads)
+            f.write("key,ts,a,b\n" + "".join(f"k{i % 3},{i},{i / 7!r},{i}\n"
+                                               for i in range(50)))
+        for _ in csv_columns(CsvSource(path, key="key", ts="ts", value=["a", "b"]),
+                             vectors=True):
+            pass
     from shiftwatch.streams.csv_kernel import first_appearance
 
     first_appearance(np.arange(5, dtype=np.int64) % 3, 3)

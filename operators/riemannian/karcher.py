@@ -18,6 +18,7 @@ from shiftwatch._jit import njit
 from shiftwatch.operators.drift_detector import RiverDriftDetector, refuse_text
 from shiftwatch.operators.locate import ValueWindow, mean_change_split
 from shiftwatch.operators.riemannian.base import Manifold
+from shiftwatch.operators.riemannian.calibration import calibrate_threshold
 from shiftwatch.operators.riemannian.grassmann import grassmann_dist, grassmann_step
 from shiftwatch.operators.riemannian.linalg import (
     cholesky_inplace,
@@ -160,60 +161,6 @@ def _to_internal(kind: str, x: np.ndarray) -> np.ndarray:
 
 def _from_internal(kind: str, p: np.ndarray) -> np.ndarray:
     return sym_expm(p) if kind == "spd-logeuclid" else p.copy()
-
-
-# --------------------------------------------------------------------------------------
-# Threshold calibration
-# --------------------------------------------------------------------------------------
-
-
-def calibrate_threshold(statistics: Any, target_arl: float) -> float:
-    """A threshold whose mean time to the first crossing is about ``target_arl``.
-
-    Method (Rice's formula for a stationary Gaussian process): on a no-change stretch of
-    the statistic, take ``z = sqrt(g)``, its mean ``mu`` and standard deviation ``sigma``,
-    and ``nu0``, the rate of up-crossings of ``mu`` per sample. The rate of up-crossings of
-    a level ``u`` is then ``nu0 exp(-(u - mu)^2 / (2 sigma^2))``; a smooth stationary
-    statistic with rare crossings first crosses after about ``1 / rate`` samples, so the
-    level is ``u = mu + sigma sqrt(2 log(nu0 * target_arl))`` and the threshold ``u^2``.
-    It extrapolates beyond the length of the stretch.
-
-    The square root is there because distances are right-skewed (chi-like): fitted on ``g``
-    itself the rule undershoots long targets (realised ARL ~600 for a target of 1000 on the
-    SPD(8) Wishart stream), on ``log g`` it overshoots (~2300); on ``sqrt(g)`` it gave ~255
-    for 200 and ~1000 for 1000 there (calibration stretch of 500 samples, 40 stretches).
-    How well it hits its target is measured in ``benchmarks/results/riemannian.md``.
-
-    Parameters
-    ----------
-    statistics
-        The statistic on a stretch without change (after the burn-in), at least 20 values.
-    target_arl
-        The wanted average run length (samples), > 1.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> rng = np.random.default_rng(0)
-    >>> g = np.exp(np.convolve(rng.normal(size=5000), np.ones(20) / 20, mode="same"))
-    >>> round(calibrate_threshold(g, 1000), 3)
-    1.729
-    """
-    g = np.asarray(statistics, dtype=np.float64).ravel()
-    if g.size < 20 or not np.all(np.isfinite(g)) or np.any(g < 0):
-        raise ValueError("statistics must hold at least 20 finite values >= 0")
-    if isinstance(target_arl, bool) or not isinstance(target_arl, (int, float)) \
-            or not target_arl > 1:
-        raise ValueError(f"target_arl must be a number > 1, got {target_arl!r}")
-    z = np.sqrt(g)
-    mu, sigma = float(z.mean()), float(z.std())
-    if sigma == 0.0:
-        return float(g[0])
-    up = int(np.sum((z[:-1] < mu) & (z[1:] >= mu)))
-    nu0 = max(up, 1) / (z.size - 1)
-    q = nu0 * float(target_arl)
-    u = mu + sigma * math.sqrt(2.0 * math.log(q)) if q > 1 else mu
-    return float(u * u)
 
 
 # --------------------------------------------------------------------------------------
@@ -585,6 +532,50 @@ class KarcherDetector(RiverDriftDetector):
             return False
         return g >= self._h
 
+    def _judge_many(self, g: np.ndarray, reset: bool, out: tuple) -> int:
+        """:meth:`_judge` over the statistics ``g`` in arrays, for a fixed or calibrated
+        threshold: the burn-in, the calibration and the values below the threshold (with
+        ``reset``, up to the first alarm; without, every one) at once, each value's
+        statistic, alarm and threshold written into ``out`` (arrays from ``g[0]`` on), the
+        state left as the loop of ``_judge`` leaves it. Returns how many it judged (an alarm
+        that resets is the loop's)."""
+        g_out, a_out, h_out = out
+        B = self.burn_in_length
+        m = g.shape[0]
+        t = 0
+        while t < m:
+            if self._n < B:  # the burn-in: no alarm, the threshold unchanged
+                k = min(m - t, B - self._n)
+            elif self.threshold == "calibrated" and self._h is None:
+                k = min(m - t, self.calibration - len(self._calib) - 1)
+                if k <= 0:  # the value that completes the calibration
+                    a = self._judge(float(g[t]))
+                    g_out[t], a_out[t] = g[t], a
+                    if self._h is not None:
+                        h_out[t] = self._h
+                    self._drift_detected = a
+                    t += 1
+                    continue
+                self._calib = np.concatenate([self._calib, g[t:t + k]])
+            else:
+                hit = g[t:] >= self._h
+                if reset:
+                    above = np.flatnonzero(hit)
+                    k = m - t if not above.shape[0] else int(above[0])
+                    if k == 0:
+                        break  # an alarm: the loop's
+                else:
+                    k = m - t
+                    a_out[t:t + k] = hit
+            g_out[t:t + k] = g[t:t + k]
+            if self._h is not None:
+                h_out[t:t + k] = self._h
+            self._n += k
+            self._g = float(g[t + k - 1])
+            self._drift_detected = bool(a_out[t + k - 1])
+            t += k
+        return t
+
     def _start_over_if_needed(self) -> None:
         if self._restart:
             self._restart = False
@@ -683,7 +674,11 @@ class KarcherDetector(RiverDriftDetector):
             # resets the estimates at j, the samples after j are redone from the fresh start,
             # so the result equals the loop.
             stop = len(xs) if bad is None else i + bad
-            for j in range(len(g)):
+            done = 0
+            if self.threshold != "adaptive":  # (the loop below, in arrays, up to an alarm)
+                done = self._judge_many(g, reset=self.reset_on_alarm or stop_at_alarm,
+                                        out=(g_all[i:], alarms[i:], hs[i:]))
+            for j in range(done, len(g)):
                 g_all[i + j] = g[j]
                 alarm = self._judge(float(g[j]))
                 alarms[i + j] = alarm

@@ -170,12 +170,15 @@ class KarcherOperator(Operator):
 
     def _accept(self, points: np.ndarray, records: list[Mapping]) -> None:
         """Count accepted points and keep them (and their ts) in the window."""
+        self._accept_ts(points, [numeric_ts(r) for r in records])
+
+    def _accept_ts(self, points: np.ndarray, ts: Any) -> None:
+        """:meth:`_accept` given the points' ts (None or NaN: none)."""
         self._count += len(points)
         if not (self.locate or self.restart):
             return
         if self._window is None:
             self._window = ValueWindow(self.locate_window, int(points[0].size))
-        ts = [numeric_ts(r) for r in records]
         self._window.push_many(points.reshape(len(points), -1), ts)
 
     def _after_alarm(self, out: dict) -> None:

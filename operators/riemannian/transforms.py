@@ -146,11 +146,13 @@ class WindowCovariance(_Window):
             raise ValueError(f"min_eig must be a positive number, got {self.min_eig!r}")
 
     def _point(self, buf: np.ndarray) -> list:
-        d = buf.shape[1]
-        c = buf - buf.mean(axis=0)
-        s = c.T @ c / (len(buf) - 1)
-        s = (1 - self.shrinkage) * s + (self.shrinkage * np.trace(s) / d + self.min_eig) * np.eye(d)
-        return (0.5 * (s + s.T)).tolist()
+        # (compiled, shared with the replay's columnar path: the same bits either way)
+        from shiftwatch.operators.riemannian.window_kernel import cov_windows
+
+        n = buf.shape[0]
+        return cov_windows(np.ascontiguousarray(buf, dtype=np.float64),
+                           np.array([n], dtype=np.int64), n, float(self.shrinkage),
+                           float(self.min_eig))[0].tolist()
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict]:

@@ -320,3 +320,36 @@ def test_operator_locates_the_change_and_keeps_a_bounded_window():
         errs.append(abs(hit[1]["change_at"] - 600))
         delays.append(hit[0] - 600)
     assert len(errs) >= 3 and np.median(errs) < np.median(delays), (errs, delays)
+
+
+@pytest.mark.parametrize("params", [
+    {"threshold": 0.24, "reset_on_alarm": False},
+    {"threshold": "calibrated", "calibration": 50, "target_arl": 40.0, "reset_on_alarm": False},
+    {"threshold": "calibrated", "calibration": 50, "target_arl": 40.0},
+    {"threshold": 0.22, "burn_in": 7},
+])
+@pytest.mark.parametrize("stop", [False, True])
+def test_judging_in_arrays_equals_the_loop(spd_stream, params, stop):
+    """``update_many`` judges the burn-in, the calibration and the values below a fixed
+    threshold in arrays: the statistics, alarms, thresholds and state are the loop's, with
+    and without resets, whole or stopped at each alarm."""
+    xs = spd_stream[:1200]
+    loop = KarcherDetector("spd", **params)
+    g_loop, a_loop, h_loop = [], [], []
+    for x in xs:
+        loop.update(x)
+        g_loop.append(loop.statistic)
+        a_loop.append(loop.drift_detected)
+        h_loop.append(np.nan if loop.threshold_value is None else loop.threshold_value)
+    many = KarcherDetector("spd", **params)
+    parts = []
+    i = 0
+    while i < len(xs):  # (stopped at each alarm, or in pieces of 333)
+        got = many.update_many(xs[i:i + 333], stop_at_alarm=stop)
+        parts.append(got)
+        i += len(got[0])
+    g, a, h = (np.concatenate([p[k] for p in parts]) for k in range(3))
+    assert np.array_equal(g, g_loop) and a.tolist() == a_loop
+    assert np.array_equal(h, h_loop, equal_nan=True)
+    assert sum(a_loop) >= 2
+    assert dumps_state(many.state_dict()) == dumps_state(loop.state_dict())
