@@ -8,11 +8,19 @@ keyed operator with a column kernel (``cs`` as a fleet:
 :mod:`shiftwatch.operators.shape.columns`) or the chain ``standardize -> river:NAME``
 (:mod:`shiftwatch.operators.river.chain_columns`: a keyed ``standardize`` reading ``value``
 that emits its burn-in, any ``burn_in`` and ``min_std``, then a keyed non-binary River
-detector), no pacing, no metrics server, no key expiry, no rule for time and duplicates.
-Everything else takes the record path: any other chain (``standardize`` with
-``emit_burn_in=false`` or another ``field``, a subclass of it, ``standardize -> cs``, three
-operators), and any run with ``SHIFTWATCH_RECORD_PATH=1`` in the environment (or
-``Pipeline(columnar=False)``).
+detector), or a ``karcher`` chain (:mod:`shiftwatch.operators.riemannian.columns`:
+``window_covariance -> karcher`` over a CSV whose ``value`` is a list of columns, read as a
+vector per row, or ``embed d=N -> window_covariance -> karcher`` over numbers; ``karcher``
+on an SPD manifold), no pacing, no metrics server, no key expiry, no rule for time and
+duplicates. Everything else takes the record path: any other chain (``standardize`` with
+``emit_burn_in=false`` or another ``field``, a subclass of it, ``standardize -> cs``,
+``embed d=auto``, ``window_subspace``, other chains of three operators), vector values
+through any other operator and vectors in JSON Lines, and any run with
+``SHIFTWATCH_RECORD_PATH=1`` in the environment (or ``Pipeline(columnar=False)``).
+
+A row of a chain whose stages emit fewer outputs than inputs (a window filling, a stride
+skipped) has no output and no dead letter; the positions of ``change_at`` count it among
+the key's inputs, as :mod:`~shiftwatch.deploy.positions` does.
 
 Within the columnar path some rows still go through the operators record by record (each
 kernel's docstring): for the chain, a key's first record and its burn-in (which move its
@@ -27,9 +35,10 @@ record path writes them: before the batch whose last record follows them), the k
 give each key's outputs and dead letters as the operators do, ``change_at`` is mapped to the
 key's positions by the rule of :mod:`~shiftwatch.deploy.positions`, and the sinks get
 columns (``write_columns``, ``write_input_columns`` and ``write_output_columns``, where they
-have them; the rest get records). ``tests/deploy/test_columnar_replay.py`` (one operator)
-and ``tests/deploy/test_columnar_chain.py`` (the chain) compare every file of the two paths
-on streams with bad rows.
+have them; the rest get records). ``tests/deploy/test_columnar_replay.py`` (one operator),
+``tests/deploy/test_columnar_chain.py`` (the chain) and
+``tests/deploy/test_columnar_karcher.py`` (the ``karcher`` chains) compare every file of the
+two paths on streams with bad rows.
 
 A JSON Lines file is read in columns too, under the same conditions
 (:mod:`~shiftwatch.streams.jsonl_columns`; ``tests/deploy/test_columnar_jsonl.py``), unless

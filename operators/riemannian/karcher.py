@@ -625,6 +625,10 @@ class KarcherDetector(RiverDriftDetector):
         w.drop_before(at)
         return int(at)
 
+    #: Samples per kernel call of :meth:`update_many`: an alarm that resets the estimates
+    #: discards what the kernel computed after it, at most this many samples.
+    KERNEL_RUN = 512
+
     def update_many(self, xs: np.ndarray, stop_at_alarm: bool = False,
                     stop_at_overflow: bool = False,
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -669,11 +673,12 @@ class KarcherDetector(RiverDriftDetector):
                 self._shape = list(xs[i].shape)
             saved = (None if self._p0 is None or not stop_at_alarm
                      else (self._p0, self._p1, self._seen))
-            g, bad = self._advance(xs[i:])
-            # The kernel ran to the end (or to a point that would overflow); if an alarm
+            end = min(len(xs), i + self.KERNEL_RUN)
+            g, bad = self._advance(xs[i:end])
+            # The kernel ran to `end` (or to a point that would overflow); if an alarm
             # resets the estimates at j, the samples after j are redone from the fresh start,
             # so the result equals the loop.
-            stop = len(xs) if bad is None else i + bad
+            stop = end if bad is None else i + bad
             done = 0
             if self.threshold != "adaptive":  # (the loop below, in arrays, up to an alarm)
                 done = self._judge_many(g, reset=self.reset_on_alarm or stop_at_alarm,

@@ -329,10 +329,13 @@ def test_operator_locates_the_change_and_keeps_a_bounded_window():
     {"threshold": 0.22, "burn_in": 7},
 ])
 @pytest.mark.parametrize("stop", [False, True])
-def test_judging_in_arrays_equals_the_loop(spd_stream, params, stop):
+@pytest.mark.parametrize("run", [7, 512])
+def test_judging_in_arrays_equals_the_loop(monkeypatch, spd_stream, params, stop, run):
     """``update_many`` judges the burn-in, the calibration and the values below a fixed
-    threshold in arrays: the statistics, alarms, thresholds and state are the loop's, with
-    and without resets, whole or stopped at each alarm."""
+    threshold in arrays, and runs the kernel ``KERNEL_RUN`` samples at a time: the
+    statistics, alarms, thresholds and state are the loop's, with and without resets, whole
+    or stopped at each alarm."""
+    monkeypatch.setattr(KarcherDetector, "KERNEL_RUN", run)
     xs = spd_stream[:1200]
     loop = KarcherDetector("spd", **params)
     g_loop, a_loop, h_loop = [], [], []
