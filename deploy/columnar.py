@@ -191,44 +191,50 @@ def columnar_run(pipeline: Any) -> _ColumnarRun | None:
         return None
     vectors = getattr(kernel[0], "vectors", False)  # (the chain reads vectors)
     source = pipeline.source
-    if vectors != bool(getattr(source, "_vector", False)):
-        return None
+    if vectors != bool(getattr(source, "_vector", False)) and not _jsonl(source):
+        return None  # (a CSV's vectors are its list of value columns; JSON's, a list value)
     eligible = columns_eligible(source, vectors=True) if vectors else columns_eligible(source)
-    if not eligible or _unfit(source):
+    if not eligible or _unfit(source, vectors):
         return None
-    return _ColumnarRun(pipeline, *kernel)
+    return _ColumnarRun(pipeline, *kernel, vectors=vectors)
 
 
-def source_columns(source: Any) -> Any:
+def source_columns(source: Any, vectors: bool = False) -> Any:
     """The items of ``source`` (:func:`~shiftwatch.streams.columns.columns_eligible`) as
     column chunks, by the reader of its kind:
     :func:`~shiftwatch.streams.columns.csv_columns` or
-    :func:`~shiftwatch.streams.jsonl_columns.jsonl_columns`."""
-    from shiftwatch.streams.files import JsonlSource
-
-    if type(source) is JsonlSource:
+    :func:`~shiftwatch.streams.jsonl_columns.jsonl_columns`; with ``vectors``, a vector per
+    row (a CSV's list of value columns, a JSON Lines file's list values)."""
+    if _jsonl(source):
         from shiftwatch.streams.jsonl_columns import jsonl_columns
 
-        return jsonl_columns(source)
+        return jsonl_columns(source, vectors=vectors)
     from shiftwatch.streams.columns import csv_columns
 
-    return csv_columns(source, vectors=bool(source._vector))
+    return csv_columns(source, vectors=vectors)
 
 
-def _unfit(source: Any) -> bool:
-    """Whether ``source`` is a JSON Lines file whose records columns cannot hold
-    (:func:`~shiftwatch.streams.jsonl_columns.unfit`: read once to know; the verdict is kept
-    on the source)."""
+def _jsonl(source: Any) -> bool:
     from shiftwatch.streams.files import JsonlSource
 
-    if type(source) is not JsonlSource:
+    return type(source) is JsonlSource
+
+
+def _unfit(source: Any, vectors: bool = False) -> bool:
+    """Whether ``source`` is a JSON Lines file whose records columns cannot hold (as
+    numbers, or with ``vectors`` as vectors of one length:
+    :func:`~shiftwatch.streams.jsonl_columns.unfit`; read once to know, the verdicts kept on
+    the source)."""
+    if not _jsonl(source):
         return False
-    verdict = getattr(source, "_columns_unfit", None)
-    if verdict is None:
+    verdicts = getattr(source, "_columns_unfit", None)
+    if verdicts is None:
+        verdicts = source._columns_unfit = {}
+    if vectors not in verdicts:
         from shiftwatch.streams.jsonl_columns import unfit
 
-        verdict = source._columns_unfit = unfit(source) is not None
-    return verdict
+        verdicts[vectors] = unfit(source, vectors=vectors) is not None
+    return verdicts[vectors]
 
 
 class _KarcherChain:
@@ -391,10 +397,11 @@ class _ColumnarRun:
     #: rows per key and call).
     MAX_SUPER_ROWS = 1 << 21
 
-    def __init__(self, pipeline: Any, kernel: Any, grouped: bool):
+    def __init__(self, pipeline: Any, kernel: Any, grouped: bool, vectors: bool = False):
         self.p = pipeline
         self.kernel = kernel
         self.grouped = grouped  # the operator's dead letters come key by key in a batch
+        self.vectors = vectors  # the source read as a vector per row
         self.op = pipeline.operators[-1]  # (a chain's kernel holds the operators before it)
         self.last = len(pipeline.operators) - 1  # the index of the detector
         self.path = pipeline.source.path
@@ -421,7 +428,7 @@ class _ColumnarRun:
         base = 0
         self.positions = _Positions() if p._positions is not None else None
         try:
-            for chunk in source_columns(p.source):
+            for chunk in source_columns(p.source, self.vectors):
                 m, nd = len(chunk), len(chunk.dead)
                 fresh: list[tuple[int, DeadLetter]] = []
                 if nd:

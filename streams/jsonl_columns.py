@@ -29,11 +29,27 @@ key comes as the tuple the keyed operators use for it
 (:meth:`~shiftwatch.operators.keyed.Keyed.normalize_key`), since the columnar path groups
 rows by key in dicts; it is written as the same JSON list. What columns cannot hold
 raises :class:`ColumnsUnfit`, and :func:`unfit` says so before a replay starts, which then
-takes the record path for the file: a value that is a list (a vector: the record path hands it to
-the operator, which refuses it), a key that cannot be hashed even as a tuple (a list holding
-an object) or that is NaN, and keys that are equal but written differently (``1``, ``1.0``
-and ``true``; ``0.0`` and ``-0.0``), which the operators take as one key while the record
-path writes each record's own spelling.
+takes the record path for the file: a value that is a list (a vector, unless ``vectors``:
+the record path hands it to the operator, which refuses it), a key that cannot be hashed
+even as a tuple (a list holding an object) or that is NaN, and keys that are equal but
+written differently (``1``, ``1.0`` and ``true``; ``0.0`` and ``-0.0``), which the operators
+take as one key while the record path writes each record's own spelling.
+
+Vectors are read when asked (``vectors=True``): then every accepted record's value must be a
+flat list of ``d >= 1`` numbers, ``d`` the length of the first one, and ``values`` is a
+C-contiguous float64 array ``(rows, d)``, each row the record's list (``(0, d)`` for a chunk
+without rows; ``(0, 0)`` throughout when the file has no accepted record, so no ``d``). A
+block's value lists are checked at once (all lists of one length, all their items floats or
+integers within :data:`~shiftwatch.records.MAX_ABS`) and filled in one call; a row that fails
+goes through the record rule as above (a list holding a string, a boolean, null, NaN, an
+object, a list, a number out of range or of 19 digits...: a dead letter with the record path's
+reason, or a record). Unfit then, instead of any list value, are an accepted value that is a
+number, a list of another length, an empty list or a nested list (a matrix, which the record
+rule accepts), besides the keys above; the reason names the first such line of the file
+(on one line, the value before the key), whatever the chunk size, as the lines a block sends
+to the record rule are read before its rows are merged (:meth:`_Reader._merge_vectors`). When
+a chunk without rows comes before the first record, ``d`` is read ahead by another reader
+(:func:`_width`, up to the first record). Without the flag everything is as described above.
 
 Only what the columns can hold is read this way
 (:func:`~shiftwatch.streams.columns.columns_eligible`): one ``value`` field, optional ``key``
@@ -44,7 +60,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -83,6 +99,7 @@ _ZEROS = b"0" * 19
 #: they may exceed ``MAX_MESSAGE_BYTES``.
 _LONG_LINE = MAX_MESSAGE_BYTES // 4
 _DICT = frozenset((dict,))
+_LIST = frozenset((list,))
 _NUMBERS = frozenset((float, int))
 _PLAIN_KEYS = frozenset((str, type(None)))
 
@@ -92,30 +109,36 @@ class ColumnsUnfit(ValueError):
     the record path for that file (:func:`unfit`)."""
 
 
-def jsonl_columns(source: JsonlSource, chunk_chars: int = CHUNK_CHARS) -> Iterator[ColumnChunk]:
+def jsonl_columns(source: JsonlSource, chunk_chars: int = CHUNK_CHARS,
+                  vectors: bool = False) -> Iterator[ColumnChunk]:
     """The items of ``source`` (see :func:`~shiftwatch.streams.columns.columns_eligible`) as
-    column chunks, in file order.
+    column chunks, in file order; ``vectors``: values that are lists of one length ``d``,
+    ``values`` of shape ``(rows, d)`` (see the module docstring).
 
     Counts blank lines in ``source.blank_lines``; ``source.close()`` closes an iteration
     under way. Raises :class:`ColumnsUnfit` on a record the columns cannot hold.
     """
     if type(source) is not JsonlSource or not columns_eligible(source):
         raise ValueError(f"{source!r} cannot be read in columns (see columns_eligible)")
-    it = _chunks(source, chunk_chars)
+    it = _chunks(source, chunk_chars, _Reader(source, bool(vectors)))
     source._open.append(it)
     return it
 
 
 class _Reader:
-    """What one iteration keeps: the source, its field getters, and the keys seen that are
-    not strings (to refuse keys equal but written differently)."""
+    """What one iteration keeps: the source, its field getters, the keys seen that are not
+    strings (to refuse keys equal but written differently) and, reading vectors, the length
+    ``d`` of the first record's value and its line."""
 
-    def __init__(self, src: JsonlSource):
+    def __init__(self, src: JsonlSource, vectors: bool = False):
         self.src = src
         self.value = _getter(src._columns[0])
         self.ts = _getter(src.ts) if src.ts else None
         self.key = _getter(src.key) if src.key else None
         self.seen: dict = {}
+        self.vectors = vectors
+        self.d: int | None = None  # (vectors) the length of the first record's value
+        self.d_line = 0  # and its line
 
     def block(self, texts: list[str], first: int) -> ColumnChunk:
         """The lines ``first, first + 1, ...`` of the file (``texts``, without their line
@@ -129,7 +152,10 @@ class _Reader:
         sub = objs if cand is None else [objs[i] for i in cand]
         m = len(sub)
         ok = np.ones(m, dtype=bool)
-        values = _numbers(self.value(sub), ok)
+        if self.vectors:
+            values = _vectors(self.value(sub), ok, self.d)
+        else:
+            values = _numbers(self.value(sub), ok)
         ts = _numbers(self.ts(sub), ok) if self.ts is not None else None
         keys = self.key(sub) if self.key is not None else [None] * m
         if not _PLAIN_KEYS.issuperset(map(type, keys)):
@@ -142,8 +168,12 @@ class _Reader:
             bad = np.flatnonzero(~ok).tolist()
             slow.update(bad if cand is None else [cand[i] for i in bad])
         if not slow:
+            if self.d is None and m and self.vectors:
+                self.d, self.d_line = values.shape[1], first
             chunk = ColumnChunk(keys, ts, values, np.arange(first, first + n, dtype=np.int64),
                                 [])
+        elif self.vectors:
+            chunk = self._merge_vectors(texts, first, slow, cand, ok, keys, ts, values)
         else:
             chunk = self._merge(texts, first, slow, cand, ok, keys, ts, values)
         if chunk.keys and not _PLAIN_KEYS.issuperset(map(type, chunk.keys)):
@@ -170,6 +200,67 @@ class _Reader:
         return _merge(src, texts, first, len(texts), cand, keys, ts, values, ok, slow,
                       line_item)
 
+    def _merge_vectors(self, texts: list[str], first: int, slow: set[int],
+                       cand: list[int] | None, ok: np.ndarray, keys: list,
+                       ts: np.ndarray | None, values: np.ndarray) -> ColumnChunk:
+        """:meth:`_merge` for vectors: the lines in ``slow`` read by the record rule first,
+        so that the first record's length ``d`` and the first value of another shape are
+        found in line order, whatever the blocks."""
+        src = self.src
+        items = {}
+        for i in sorted(slow):
+            item = _slow_line(src, texts[i], first + i)
+            if type(item) is dict and type(item["key"]) is list:
+                item = dict(item, key=_key_of(item["key"]))
+            items[i] = item
+        okr = np.flatnonzero(ok)
+        fast = (okr if cand is None else np.asarray(cand, dtype=np.int64)[okr]).tolist()
+        taken = sorted(i for i, item in items.items() if type(item) is dict)
+        if self.d is None and (fast or taken):
+            i = min(fast[:1] + taken[:1])
+            shape = values.shape[1] if fast and fast[0] == i else _shape(items[i]["value"])
+            if type(shape) is int:
+                self.d, self.d_line = shape, first + i
+            else:
+                self._vector_unfit(first, i, shape, keys, fast, okr, items)
+        d = self.d
+        bad = [i for i in taken if _shape(items[i]["value"]) != d]
+        if fast and values.shape[1] != d:
+            bad.append(fast[0])
+        if bad:
+            i = min(bad)
+            shape = values.shape[1] if i in fast else _shape(items[i]["value"])
+            self._vector_unfit(first, i, shape, keys, fast, okr, items)
+        if values.shape[1] != (d or 0):  # (no row kept: of another width or none)
+            values = np.zeros((values.shape[0], d or 0))
+        return _merge(src, texts, first, len(texts), cand, keys, ts, values, ok, slow,
+                      lambda text, lineno: items[lineno - first])
+
+    def _vector_unfit(self, first: int, i: int, shape: Any, keys: list, fast: list[int],
+                      okr: np.ndarray, items: dict) -> None:
+        """Raise :class:`ColumnsUnfit` for line ``first + i``, whose record's value has
+        ``shape`` (:func:`_shape`), once the keys of the records before it are checked (a
+        key unfit before it is the one to name)."""
+        lines = {j: keys[k] for j, k in zip(fast, okr.tolist(), strict=True) if j < i}
+        lines.update((j, it["key"]) for j, it in items.items() if j < i and type(it) is dict)
+        order = sorted(lines)
+        if order:
+            self._check_keys(ColumnChunk([lines[j] for j in order], None, np.empty(0),
+                                         np.asarray(order, dtype=np.int64) + first, []))
+        d = self.d
+        if shape == "number":
+            what = ("a value that is a number, not a vector," if d is None else
+                    f"a value that is a number among vectors of length {d} (line "
+                    f"{self.d_line})")
+        elif shape == "empty":
+            what = "a value that is an empty list"
+        elif shape == "nested":
+            what = "a value that is a nested list (a matrix)"
+        else:
+            what = f"a vector of length {shape} among vectors of length {d} (line {self.d_line})"
+        raise ColumnsUnfit(f"{self.src.path}, line {first + i}: {what} cannot be read in "
+                           "columns")
+
     def _check_keys(self, chunk: ColumnChunk) -> None:
         """Refuse keys the columnar path would merge or split unlike the record path."""
         seen = self.seen
@@ -195,13 +286,14 @@ class _Reader:
                            "read in columns")
 
 
-def unfit(source: JsonlSource) -> str | None:
+def unfit(source: JsonlSource, vectors: bool = False) -> str | None:
     """Why ``source`` (:func:`~shiftwatch.streams.columns.columns_eligible`) cannot be read
     in columns (:class:`ColumnsUnfit`'s message), or None: the file read once by
-    :func:`jsonl_columns` (about 0.6 s a million lines), before a replay chooses its path.
-    Blank lines counted meanwhile are reset by the next read."""
+    :func:`jsonl_columns` (about 0.6 s a million lines; ``vectors`` as there, 1.2 s a
+    million vectors of 3), before a replay chooses its path. Blank lines counted meanwhile
+    are reset by the next read."""
     try:
-        for _ in jsonl_columns(source):
+        for _ in jsonl_columns(source, vectors=vectors):
             pass
     except ColumnsUnfit as exc:
         return str(exc)
@@ -210,9 +302,11 @@ def unfit(source: JsonlSource) -> str | None:
     return None
 
 
-def _chunks(src: JsonlSource, chunk_chars: int) -> Iterator[ColumnChunk]:
+def _chunks(src: JsonlSource, chunk_chars: int, reader: _Reader,
+            ahead: bool = True) -> Iterator[ColumnChunk]:
+    """The chunks; with vectors, a chunk without rows gets ``values`` of shape ``(0, d)``
+    (``d`` read ahead by :func:`_width` unless ``ahead`` is false: then ``(0, 0)``)."""
     src.blank_lines = 0
-    reader = _Reader(src)
 
     def block(text: str, first: int) -> tuple[ColumnChunk, int]:
         lines, _ = _split_lines(text)
@@ -220,7 +314,35 @@ def _chunks(src: JsonlSource, chunk_chars: int) -> Iterator[ColumnChunk]:
 
     f, guard = _open_text(src.path)
     with f:
-        yield from _file_chunks(src, f, guard, 0, chunk_chars, block, reader.block)
+        chunks = _file_chunks(src, f, guard, 0, chunk_chars, block, reader.block)
+        if not reader.vectors:
+            yield from chunks
+            return
+        width = None
+        for chunk in chunks:
+            if not len(chunk):
+                if reader.d is None and width is None:
+                    width = _width(src, chunk_chars) if ahead else 0
+                chunk.values = np.empty((0, width if reader.d is None else reader.d))
+            yield chunk
+
+
+def _width(src: JsonlSource, chunk_chars: int) -> int:
+    """The length of the first record's value (0 if there is none or it is not a vector),
+    read ahead by another reader; ``src.blank_lines`` is kept."""
+    blanks = src.blank_lines
+    reader = _Reader(src, True)
+    it = _chunks(src, chunk_chars, reader, ahead=False)
+    try:
+        for _ in it:
+            if reader.d is not None:
+                break
+    except ColumnsUnfit:
+        pass  # (the reader may know d already: a key before any other record was unfit)
+    finally:
+        it.close()
+        src.blank_lines = blanks
+    return reader.d or 0
 
 
 def _parse(texts: list[str]) -> list[dict] | None:
@@ -340,6 +462,50 @@ def _numbers(col: list, ok: np.ndarray) -> np.ndarray:
     if big.any():
         ok &= ~big
     return out
+
+
+def _vectors(col: list, ok: np.ndarray, d: int | None) -> np.ndarray:
+    """A field of vectors as a float64 array ``(rows, w)``, ``w`` the length ``d`` (None:
+    that of the rows' first flat list of numbers); ``ok`` loses the rows whose field is not a
+    list of ``w >= 1`` floats or integers all of magnitude within ``MAX_ABS`` (they take the
+    record rule)."""
+    m = len(col)
+    if m and _LIST.issuperset(map(type, col)):
+        lens = set(map(len, col))
+        w = lens.pop()
+        if not lens and w and (d is None or w == d):
+            flat = list(chain.from_iterable(col))
+            if _NUMBERS.issuperset(map(type, flat)):
+                out = np.array(flat, dtype=np.float64).reshape(m, w)
+                big = ~(np.abs(out) <= MAX_ABS).all(axis=1)
+                if big.any():
+                    ok &= ~big
+                return out
+    w = d
+    if w is None:
+        w = next((len(v) for v in col if type(v) is list and v
+                  and _NUMBERS.issuperset(map(type, v))), 0)
+    out = np.zeros((m, w))
+    for i, v in enumerate(col):
+        if type(v) is list and w and len(v) == w and _NUMBERS.issuperset(map(type, v)):
+            out[i] = v
+        else:
+            ok[i] = False
+    if m:
+        big = ~(np.abs(out) <= MAX_ABS).all(axis=1)
+        if big.any():
+            ok &= ~big
+    return out
+
+
+def _shape(value: Any) -> int | str:
+    """A record's value (the record rule's: a float or ``as_array(...).tolist()``): its
+    length if it is a flat list of numbers, else ``"number"``, ``"empty"`` or ``"nested"``."""
+    if type(value) is not list:
+        return "number"
+    if not value:
+        return "empty"
+    return "nested" if type(value[0]) is list else len(value)
 
 
 def _key_of(key: Any) -> Any:

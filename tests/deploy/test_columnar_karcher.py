@@ -193,3 +193,45 @@ def test_one_window_or_many_give_the_same_bits():
         s = c.T @ c / 24
         s = 0.9 * s + (0.1 * np.trace(s) / 4 + 1e-6) * np.eye(4)
         np.testing.assert_allclose(one, s, rtol=1e-12, atol=1e-12)
+
+
+def vector_jsonl(path, n=3000, keys=5, seed=0, bad=0.04, odd=None):
+    """JSON Lines of 3-channel vectors (``value`` a list), the correlation changing half way;
+    about ``bad`` of the lines broken; ``odd``: a line whose value columns cannot hold (the
+    whole file then takes the record path)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        z = [rng.gauss(0.0, 1.0) for _ in range(3)]
+        if i > n // 2:
+            z[1] = 0.9 * z[0] + 0.3 * z[1]
+        v = "[" + ",".join(repr(x) for x in z) + "]"
+        if rng.random() < bad:
+            v = rng.choice(['[1.0,"x",2.0]', "[1.0,NaN,0.0]", "[1e400,0,0]", "null", '"abc"',
+                            "[1.0,2.0,3.0", "[1.0,true,2.0]"])
+        out.append(f'{{"key":"k{rng.randrange(keys)}","ts":{i},"value":{v}}}')
+        if rng.random() < bad / 4:
+            out.append(rng.choice(["", "{", "not json", '{"key":"k1","ts":3}']))
+    if odd is not None:
+        out.insert(n // 3, odd)
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("batch", ["1", "50", "1000"])
+def test_json_lines_vectors(monkeypatch, capsys, tmp_path, batch):
+    path = vector_jsonl(tmp_path / "v.jsonl", seed=11)
+    got = _same(monkeypatch, capsys, tmp_path, path, CHAINS["adaptive"] + KEYED, "all",
+                ["--batch-size", batch])
+    assert got["dead_letters.jsonl"].count(b"\n") > 50
+    assert b'"alarm":true' in got["outputs.jsonl"]
+
+
+@pytest.mark.parametrize("odd", ['{"key":"k1","ts":5,"value":2.5}',
+                                 '{"key":"k1","ts":5,"value":[1.0,2.0]}',
+                                 '{"key":"k1","ts":5,"value":[[1.0],[2.0],[3.0]]}'])
+def test_json_lines_that_columns_cannot_hold_take_the_record_path(monkeypatch, capsys,
+                                                                  tmp_path, odd):
+    path = vector_jsonl(tmp_path / "v.jsonl", n=800, seed=12, odd=odd)
+    _same(monkeypatch, capsys, tmp_path, path, CHAINS["adaptive"] + KEYED, "all",
+          expect=False)
