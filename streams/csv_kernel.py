@@ -124,72 +124,23 @@ def scan_lines(buf, delim, ncol, kpos, tpos, vpos, max_abs, pow10, crlf):
     of its key cell and the key's hash (``kpos < 0``: none), its ts (``tpos < 0``: none) and
     value. A plain line with a value or ts beyond ``max_abs`` is left to the record path.
     Bytes above 127 (UTF-8, checked by the caller) may be in a key; a number holding one is
-    not a short number.
+    not a short number. (:func:`scan_vector_lines` with a value of one cell.)
     """
-    n = 0
-    for j in range(buf.shape[0]):
-        if buf[j] == 10:
-            n += 1
-    starts = np.empty(n + 1, np.int64)
-    status = np.zeros(n, np.int8)
-    kst = np.zeros(n, np.int64)
-    ken = np.zeros(n, np.int64)
-    khash = np.zeros(n, np.uint64)
-    ts = np.zeros(n, np.float64)
-    val = np.zeros(n, np.float64)
-    i = 0
-    for line in range(n):
-        starts[line] = i
-        field = 0
-        fs = i
-        bad = False
-        while True:
-            b = buf[i]
-            e = i  # the cell's end (before the \r of a \r\n)
-            if crlf and b == 13:  # the \r of \r\n: the line's end
-                i += 1
-                b = 10
-            if b == 10 or b == delim:
-                if field == kpos:
-                    kst[line], ken[line] = fs, e
-                    h = _FNV_OFFSET
-                    for q in range(fs, e):
-                        h = (h ^ np.uint64(buf[q])) * _FNV_PRIME
-                    khash[line] = h
-                elif field == tpos or field == vpos:
-                    got, x = _number(buf, fs, e, pow10)
-                    if got == 0 or (got == 1 and not abs(x) <= max_abs):
-                        bad = True
-                    elif field == tpos:
-                        ts[line] = x
-                        if got == 2:
-                            status[line] |= 2
-                    else:
-                        val[line] = x
-                        if got == 2:
-                            status[line] |= 4
-                field += 1
-                fs = i + 1
-                if b == 10:
-                    break
-            elif b == 34 or b == 13 or b == 0:
-                bad = True
-            i += 1
-        i += 1
-        if bad or field != ncol:
-            status[line] = 1
-    starts[n] = i
-    return starts, status, kst, ken, khash, ts, val
+    vslot = np.full(ncol, -1, np.int64)
+    vslot[vpos] = 0
+    starts, status, kst, ken, khash, ts, val, _, _, _ = scan_vector_lines(
+        buf, delim, ncol, kpos, tpos, vslot, 1, max_abs, pow10, crlf)
+    return starts, status, kst, ken, khash, ts, val[:, 0]
 
 
 @njit(cache=True)
 def scan_vector_lines(buf, delim, ncol, kpos, tpos, vslot, nv, max_abs, pow10, crlf):
-    """:func:`scan_lines` for a vector value of ``nv`` cells: ``vslot[field]`` (int64, one
-    per field of ``ncol``) is the value's slot a field's number goes to, or -1 (no field is
-    both a slot and ``kpos`` or ``tpos``). The value comes as a float64 array of shape
-    ``(lines, nv)``; the value cells for ``float`` (:data:`PY_VALUE`) are listed too:
-    their byte spans and flat index ``line * nv + slot`` in the value array, in three more
-    int64 arrays (for :func:`gather_cells`)."""
+    """Scan the complete lines of ``buf`` as :func:`scan_lines` does, for a value of ``nv``
+    cells: ``vslot[field]`` (int64, one per field of ``ncol``) is the value's slot a field's
+    number goes to, or -1 (no field is both a slot and ``kpos`` or ``tpos``). The value
+    comes as a float64 array of shape ``(lines, nv)``; the value cells for ``float``
+    (:data:`PY_VALUE`) are listed too: their byte spans and flat index ``line * nv + slot``
+    in the value array, in three more int64 arrays (for :func:`gather_cells`)."""
     n = 0
     for j in range(buf.shape[0]):
         if buf[j] == 10:
