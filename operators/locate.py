@@ -169,6 +169,18 @@ def locate_change(x: np.ndarray, kind: str = "mean") -> int:
     raise ValueError(f"kind must be one of {', '.join(LOCATE_KINDS)}, got {kind!r}")
 
 
+def _ring_copy(src: np.ndarray, src_phys: int, dst: np.ndarray, dst_phys: int, start: int,
+               size: int) -> None:
+    """``dst[p % dst_phys] = src[p % src_phys]`` for positions ``start .. start + size - 1``
+    (``size`` at most both lengths), in slices."""
+    p, end = start, start + size
+    while p < end:
+        a, b = p % src_phys, p % dst_phys
+        k = min(end - p, src_phys - a, dst_phys - b)
+        dst[b:b + k] = src[a:a + k]
+        p += k
+
+
 class ValueWindow:
     """The last ``capacity`` values of a stream with their positions (and ``ts``), bounded.
 
@@ -242,19 +254,17 @@ class ValueWindow:
             phys = min(self.capacity, max(self._MIN_PHYS, 2 * self._phys, held))
         if phys == self._phys and (self._ts is not None or not with_ts):
             return
-        old = (np.arange(self.start, self._count) % self._phys) if self._size else \
-            np.empty(0, dtype=np.int64)
-        new = np.arange(self.start, self._count) % phys
+        size, start, old_phys = self._size, self._count - self._size, self._phys
         if self.keep_values:
             shape = (phys,) if self.dim == 0 else (phys, self.dim)
             buf = np.zeros(shape, dtype=np.float64)
-            if self._buf is not None and self._size:
-                buf[new] = self._buf[old]
+            if self._buf is not None and size:
+                _ring_copy(self._buf, old_phys, buf, phys, start, size)
             self._buf = buf
         if self._ts is not None or with_ts:
             ts = np.full(phys, np.nan)
-            if self._ts is not None and self._size:
-                ts[new] = self._ts[old]
+            if self._ts is not None and size:
+                _ring_copy(self._ts, old_phys, ts, phys, start, size)
             self._ts = ts
         self._phys = phys
 
@@ -304,6 +314,54 @@ class ValueWindow:
             self._ts[idx] = np.nan if t is None else t
         self._count += k
         self._size = min(self._size + k, self.capacity)
+
+    def push_slice(self, values: np.ndarray, ts: np.ndarray | None, lo: int, hi: int) -> None:
+        """``push_many(values[lo:hi], None if ts is None else ts[lo:hi])`` for float64
+        arrays (``ts`` NaN for none), without the conversions: the columnar path's push.
+
+        >>> w = ValueWindow(capacity=3)
+        >>> w.push_slice(np.array([1.0, 2.0, 3.0, 4.0]), np.array([np.nan, 11, 12, 13.0]), 0, 4)
+        >>> w.values().tolist(), w.start, w.ts_at(1)
+        ([2.0, 3.0, 4.0], 1, 11.0)
+        """
+        k = hi - lo
+        if k <= 0:
+            return
+        if ts is not None and self._ts is None and np.isnan(ts[lo:hi]).all():
+            ts = None  # no ts seen yet and none now: keep no ts buffer
+        cap = self.capacity
+        if k > cap:  # only the last `capacity` values can be held
+            skip = k - cap
+            lo, k = lo + skip, cap
+            self._count += skip
+            self._size = 0
+        held = self._size + k
+        if held > cap:
+            held = cap
+        if held > self._phys or (ts is not None and self._ts is None):
+            self._reserve(held, with_ts=ts is not None)
+        phys = self._phys
+        i0 = self._count % phys
+        first = phys - i0
+        if first > k:
+            first = k
+        if self.keep_values:
+            buf = self._buf
+            buf[i0:i0 + first] = values[lo:lo + first]
+            if first < k:
+                buf[:k - first] = values[lo + first:lo + k]
+        tb = self._ts
+        if tb is not None:
+            if ts is None:
+                tb[i0:i0 + first] = np.nan
+                if first < k:
+                    tb[:k - first] = np.nan
+            else:
+                tb[i0:i0 + first] = ts[lo:lo + first]
+                if first < k:
+                    tb[:k - first] = ts[lo + first:lo + k]
+        self._count += k
+        self._size = held
 
     def _order(self) -> np.ndarray:
         return (np.arange(self.start, self._count) % self._phys) if self._size else \
