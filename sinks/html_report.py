@@ -63,7 +63,18 @@ def encode_values(y: np.ndarray) -> dict:
 
 
 def _encode_rows(y: np.ndarray) -> list[dict]:
-    """:func:`encode_values` of each row of ``y`` (channels x values), at once."""
+    """:func:`encode_values` of each row of ``y`` (channels x values), at once (compiled:
+    :func:`~shiftwatch.sinks.report_kernel.encode_rows`; :func:`_encode_rows_numpy` is the
+    same in NumPy)."""
+    from shiftwatch.sinks.report_kernel import encode_rows
+
+    lo, hi, chars = encode_rows(np.ascontiguousarray(y, dtype=np.float64), _LEVELS, _CODES)
+    return [{"lo": _round(a), "hi": _round(b), "q": row.tobytes().decode("ascii")}
+            for a, b, row in zip(lo.tolist(), hi.tolist(), chars, strict=True)]
+
+
+def _encode_rows_numpy(y: np.ndarray) -> list[dict]:
+    """:func:`_encode_rows` in NumPy (the tests' oracle)."""
     ok = np.isfinite(y)
     has = ok.any(axis=1)
     lo = np.where(has, np.min(np.where(ok, y, np.inf), axis=1), 0.0)
@@ -91,10 +102,27 @@ def _reduce(columns: list[np.ndarray], budget: int) -> dict:
     n = len(columns[0]) if columns else 0
     if not n:
         return {"n": 0, "w": 1, "y": [{"lo": 0.0, "hi": 0.0, "q": ""} for _ in columns]}
-    values = np.vstack(columns)
+    values = np.ascontiguousarray(np.vstack(columns), dtype=np.float64)
     per = max(budget // len(columns), 4)
     if n <= per:
         return {"n": n, "w": 1, "y": _encode_rows(values)}
+    buckets = per // 2
+    w = -(-n // buckets)
+    buckets = -(-n // w)
+    from shiftwatch.sinks.report_kernel import reduce_rows
+
+    return {"n": n, "w": int(w), "y": _encode_rows(reduce_rows(values, buckets, w))}
+
+
+def _reduce_numpy(columns: list[np.ndarray], budget: int) -> dict:
+    """:func:`_reduce` in NumPy (the tests' oracle)."""
+    n = len(columns[0]) if columns else 0
+    if not n:
+        return {"n": 0, "w": 1, "y": [{"lo": 0.0, "hi": 0.0, "q": ""} for _ in columns]}
+    values = np.vstack(columns)
+    per = max(budget // len(columns), 4)
+    if n <= per:
+        return {"n": n, "w": 1, "y": _encode_rows_numpy(values)}
     buckets = per // 2
     w = -(-n // buckets)
     buckets = -(-n // w)
@@ -110,7 +138,7 @@ def _reduce(columns: list[np.ndarray], budget: int) -> dict:
     pair = np.empty((len(columns), 2 * buckets))
     pair[:, 0::2] = np.where(first_min, v_min, v_max)
     pair[:, 1::2] = np.where(first_min, v_max, v_min)
-    return {"n": n, "w": int(w), "y": _encode_rows(pair)}
+    return {"n": n, "w": int(w), "y": _encode_rows_numpy(pair)}
 
 
 def _time_knots(ts: np.ndarray, knots: int) -> dict:

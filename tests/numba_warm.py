@@ -110,8 +110,15 @@ def csv_scan() -> None:
     first_appearance(np.arange(5, dtype=np.int64) % 3, 3)
 
 
+def report_charts() -> None:
+    """report.html's chart data (sinks/report_kernel.py)."""
+    from shiftwatch.sinks.html_report import _reduce
+
+    _reduce([np.arange(100.0)], 20)
+
+
 #: The other jobs, by name.
-EXTRA = {f.__name__: f for f in (cs_update_and_fleet, manifolds, csv_scan)}
+EXTRA = {f.__name__: f for f in (cs_update_and_fleet, manifolds, csv_scan, report_charts)}
 #: Compiling the Riemannian kernels takes half of the whole (31 of 57 s of CPU, measured):
 #: jobs go longest first so that the processes finish together.
 FIRST = ("karcher", "auto", "cs_update_and_fleet", "manifolds", "cs")
