@@ -9,14 +9,14 @@ keyed operator with a column kernel (``cs`` as a fleet:
 (:mod:`shiftwatch.operators.river.chain_columns`: a keyed ``standardize`` reading ``value``
 that emits its burn-in, any ``burn_in`` and ``min_std``, then a keyed non-binary River
 detector), or a ``karcher`` chain (:mod:`shiftwatch.operators.riemannian.columns`:
-``window_covariance -> karcher`` over a CSV whose ``value`` is a list of columns, read as a
-vector per row, or ``embed d=N -> window_covariance -> karcher`` over numbers; ``karcher``
-on an SPD manifold), no pacing, no metrics server, no key expiry, no rule for time and
-duplicates. Everything else takes the record path: any other chain (``standardize`` with
-``emit_burn_in=false`` or another ``field``, a subclass of it, ``standardize -> cs``,
-``embed d=auto``, ``window_subspace``, other chains of three operators), vector values
-through any other operator and vectors in JSON Lines, and any run with
-``SHIFTWATCH_RECORD_PATH=1`` in the environment (or ``Pipeline(columnar=False)``).
+``window_covariance -> karcher`` over vectors, a CSV whose ``value`` is a list of columns or
+a JSON Lines file whose ``value`` is a list, read as a vector per row; or ``embed d=N ->
+window_covariance -> karcher`` over numbers; ``karcher`` on an SPD manifold), no pacing, no
+metrics server, no key expiry, no rule for time and duplicates. Everything else takes the
+record path: any other chain (``standardize`` with ``emit_burn_in=false`` or another
+``field``, a subclass of it, ``standardize -> cs``, ``embed d=auto``, ``window_subspace``,
+other chains of three operators), vector values through any other operator, and any run
+with ``SHIFTWATCH_RECORD_PATH=1`` in the environment (or ``Pipeline(columnar=False)``).
 
 A row of a chain whose stages emit fewer outputs than inputs (a window filling, a stride
 skipped) has no output and no dead letter; the positions of ``change_at`` count it among
@@ -42,8 +42,10 @@ two paths on streams with bad rows.
 
 A JSON Lines file is read in columns too, under the same conditions
 (:mod:`~shiftwatch.streams.jsonl_columns`; ``tests/deploy/test_columnar_jsonl.py``), unless
-some record is one columns cannot hold (a vector value, keys equal but written differently:
-the file is read once beforehand to know), which sends the whole file the record path.
+some record is one columns cannot hold (a vector value where numbers are read, for a
+``karcher`` chain a value that is not a vector of the file's one length, keys equal but
+written differently: the file is read once beforehand to know), which sends the whole file
+the record path.
 """
 
 from __future__ import annotations
