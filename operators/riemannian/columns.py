@@ -3,9 +3,8 @@ through the chain at once.
 
 The replay's columnar path (:mod:`shiftwatch.deploy.columnar`) hands the chain a batch as
 arrays: a vector per row (a CSV whose ``value`` is a list of columns, a JSON Lines file
-whose ``value`` is a list) for
-``window_covariance -> karcher``, or a number per row for ``embed -> window_covariance ->
-karcher``. :func:`karcher_chain_columns` runs each key's rows stage by stage, each stage over
+whose ``value`` is a list) for ``window_covariance -> karcher``, or a number per row for
+``embed -> window_covariance -> karcher``. :func:`karcher_chain_columns` runs each key's rows stage by stage, each stage over
 the key's outputs of the stage before, and gives what the ``Keyed.process_batch`` calls of
 the record path give for the same records, in columns:
 
