@@ -662,13 +662,11 @@ def _part(inputs: InputColumns, lo: int, hi: int) -> InputColumns:
     """Rows ``lo:hi`` of ``inputs``, their keys in order of first appearance among them."""
     if lo == 0 and hi == len(inputs):
         return inputs
-    inv = inputs.inv[lo:hi]
-    u, first = np.unique(inv, return_index=True)
-    present = u[np.argsort(first, kind="stable")]  # in order of first appearance
-    remap = np.empty(len(inputs.keys), dtype=np.int64)
-    remap[present] = np.arange(present.shape[0])
+    from shiftwatch.streams.csv_kernel import first_appearance
+
+    present, inv = first_appearance(inputs.inv[lo:hi], len(inputs.keys))
     keys = inputs.keys
-    return InputColumns(list(map(keys.__getitem__, present.tolist())), remap[inv],
+    return InputColumns(list(map(keys.__getitem__, present.tolist())), inv,
                         inputs.offsets[lo:hi], None if inputs.ts is None else inputs.ts[lo:hi],
                         inputs.values[lo:hi],
                         None if inputs.gids is None else inputs.gids[present], inputs.gid_space)
