@@ -437,6 +437,7 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="add 10,000,000 records x 10,000 keys")
     ap.add_argument("--big-operators", default="river:ADWIN,cs,shape")
     ap.add_argument("--big-emit", default="all,alarms")
+    ap.add_argument("--big-repeats", type=int, default=1, help="runs per arm at 10M")
     ap.add_argument("--big-peers", default="csv,pandas,adwin,adwin+json,cs,cs+json")
     ap.add_argument("--operators", default="river:ADWIN,cs,shape")
     ap.add_argument("--repeats", type=int, default=2, help="runs per arm (the best is kept)")
@@ -474,9 +475,9 @@ def main() -> None:
             write_csv(p_csv, a.profile_records, 100)
         prof = profile_replay(p_csv, work)
     if a.big:
-        results.append(arm(10_000_000, 10_000, work, 1, a.big_operators.split(","),
-                           a.big_emit.split(","), a.big_peers.split(","), 1,
-                           work / "partial-big.json"))
+        results.append(arm(10_000_000, 10_000, work, a.big_repeats,
+                           a.big_operators.split(","), a.big_emit.split(","),
+                           a.big_peers.split(","), a.big_repeats, work / "partial-big.json"))
     total = time.perf_counter() - t0
     md = [f"Run {started:%Y-%m-%d %H:%M} UTC, {total / 60:.1f} min; "
           f"`python {' '.join(sys.argv)}`", f"{versions()}; {os.cpu_count()} cores", ""]
