@@ -99,46 +99,49 @@ def _reduce(columns: list[np.ndarray], budget: int) -> dict:
     as they are, or as the minimum and maximum of each bucket of ``w`` positions, in the
     order they occur (the page draws bucket ``b``'s two at ``b w + w/4`` and ``b w + 3w/4``).
     """
+    from shiftwatch.sinks.report_kernel import reduce_rows
+
+    return _reduced(columns, budget, _encode_rows, reduce_rows)
+
+
+def _reduced(columns: list[np.ndarray], budget: int, encode: Any, reduce: Any) -> dict:
+    """:func:`_reduce` by ``encode`` (rows -> coded rows) and ``reduce`` (values, buckets,
+    w -> each bucket's two values)."""
     n = len(columns[0]) if columns else 0
     if not n:
         return {"n": 0, "w": 1, "y": [{"lo": 0.0, "hi": 0.0, "q": ""} for _ in columns]}
     values = np.ascontiguousarray(np.vstack(columns), dtype=np.float64)
     per = max(budget // len(columns), 4)
     if n <= per:
-        return {"n": n, "w": 1, "y": _encode_rows(values)}
+        return {"n": n, "w": 1, "y": encode(values)}
     buckets = per // 2
     w = -(-n // buckets)
     buckets = -(-n // w)
-    from shiftwatch.sinks.report_kernel import reduce_rows
-
-    return {"n": n, "w": int(w), "y": _encode_rows(reduce_rows(values, buckets, w))}
+    return {"n": n, "w": int(w), "y": encode(reduce(values, buckets, w))}
 
 
 def _reduce_numpy(columns: list[np.ndarray], budget: int) -> dict:
     """:func:`_reduce` in NumPy (the tests' oracle)."""
-    n = len(columns[0]) if columns else 0
-    if not n:
-        return {"n": 0, "w": 1, "y": [{"lo": 0.0, "hi": 0.0, "q": ""} for _ in columns]}
-    values = np.vstack(columns)
-    per = max(budget // len(columns), 4)
-    if n <= per:
-        return {"n": n, "w": 1, "y": _encode_rows_numpy(values)}
-    buckets = per // 2
-    w = -(-n // buckets)
-    buckets = -(-n // w)
-    pad = np.full((len(columns), buckets * w), np.nan)
+    return _reduced(columns, budget, _encode_rows_numpy, _pairs_numpy)
+
+
+def _pairs_numpy(values: np.ndarray, buckets: int, w: int) -> np.ndarray:
+    """Each bucket's minimum and maximum in the order they occur, in NumPy (the oracle of
+    :func:`~shiftwatch.sinks.report_kernel.reduce_rows`)."""
+    columns, n = values.shape
+    pad = np.full((columns, buckets * w), np.nan)
     pad[:, :n] = values
-    m = pad.reshape(len(columns), buckets, w)
+    m = pad.reshape(columns, buckets, w)
     finite = np.isfinite(m)
     i_min = np.argmin(np.where(finite, m, np.inf), axis=2)[..., None]
     i_max = np.argmax(np.where(finite, m, -np.inf), axis=2)[..., None]
     v_min = np.take_along_axis(m, i_min, axis=2)[..., 0]
     v_max = np.take_along_axis(m, i_max, axis=2)[..., 0]
     first_min = (i_min <= i_max)[..., 0]
-    pair = np.empty((len(columns), 2 * buckets))
+    pair = np.empty((columns, 2 * buckets))
     pair[:, 0::2] = np.where(first_min, v_min, v_max)
     pair[:, 1::2] = np.where(first_min, v_max, v_min)
-    return {"n": n, "w": int(w), "y": _encode_rows_numpy(pair)}
+    return pair
 
 
 def _time_knots(ts: np.ndarray, knots: int) -> dict:

@@ -4,9 +4,9 @@ through the chain at once.
 The replay's columnar path (:mod:`shiftwatch.deploy.columnar`) hands the chain a batch as
 arrays: a vector per row (a CSV whose ``value`` is a list of columns, a JSON Lines file
 whose ``value`` is a list) for ``window_covariance -> karcher``, or a number per row for
-``embed -> window_covariance -> karcher``. :func:`karcher_chain_columns` runs each key's rows stage by stage, each stage over
-the key's outputs of the stage before, and gives what the ``Keyed.process_batch`` calls of
-the record path give for the same records, in columns:
+``embed -> window_covariance -> karcher``. :func:`karcher_chain_columns` runs each key's
+rows stage by stage, each stage over the key's outputs of the stage before, and gives what
+the ``Keyed.process_batch`` calls of the record path give for the same records, in columns:
 
 * ``embed`` (an integer ``d``): each row's delay vector read from the key's ring of values
   and the row's own, the ring updated as :meth:`~shiftwatch.operators.embed.DelayEmbed._push`
