@@ -10,8 +10,9 @@ keyed operator with a column kernel (``cs`` as a fleet:
 that emits its burn-in, any ``burn_in`` and ``min_std``, then a keyed non-binary River
 detector), or a ``karcher`` chain (:mod:`shiftwatch.operators.riemannian.columns`:
 ``window_covariance -> karcher`` over vectors, a CSV whose ``value`` is a list of columns or
-a JSON Lines file whose ``value`` is a list, read as a vector per row; or ``embed d=N ->
-window_covariance -> karcher`` over numbers; ``karcher`` on an SPD manifold), no pacing, no
+a JSON Lines file whose ``value`` is a list, read as a vector per row, with or without a
+``standardize`` before it; or ``embed d=N -> window_covariance -> karcher`` over numbers;
+``karcher`` on an SPD manifold), no pacing, no
 metrics server, no key expiry, no rule for time and duplicates. Everything else takes the
 record path: any other chain (``standardize`` with ``emit_burn_in=false`` or another
 ``field``, a subclass of it, ``standardize -> cs``, ``embed d=auto``, ``window_subspace``,
@@ -250,8 +251,9 @@ class _KarcherChain:
     def __init__(self, ops: list):
         from shiftwatch.operators.riemannian.transforms import WindowCovariance
 
-        self.ops = ops
-        self.vectors = type(ops[0].operator) is WindowCovariance
+        self.ops = ops  # (vectors: a standardiser before window_covariance reads them too)
+        self.vectors = type(ops[-2].operator) is WindowCovariance and \
+            type(ops[0].operator).__name__ != "DelayEmbed"
 
     def __call__(self, _op: Any, *args: Any) -> tuple:
         from shiftwatch.operators.riemannian.columns import karcher_chain_columns

@@ -1,13 +1,19 @@
-"""``[embed ->] window_covariance -> karcher`` on columns: a key's records of a replay's batch
-through the chain at once.
+"""``[standardize | embed ->] window_covariance -> karcher`` on columns: a key's records of a
+replay's batch through the chain at once.
 
 The replay's columnar path (:mod:`shiftwatch.deploy.columnar`) hands the chain a batch as
 arrays: a vector per row (a CSV whose ``value`` is a list of columns, a JSON Lines file
-whose ``value`` is a list) for ``window_covariance -> karcher``, or a number per row for
-``embed -> window_covariance -> karcher``. :func:`karcher_chain_columns` runs each key's
-rows stage by stage, each stage over the key's outputs of the stage before, and gives what
-the ``Keyed.process_batch`` calls of the record path give for the same records, in columns:
+whose ``value`` is a list) for ``[standardize ->] window_covariance -> karcher``, or a
+number per row for ``embed -> window_covariance -> karcher``. :func:`karcher_chain_columns`
+runs each key's rows stage by stage, each stage over the key's outputs of the stage before,
+and gives what the ``Keyed.process_batch`` calls of the record path give for the same
+records, in columns:
 
+* ``standardize``: a key's burn-in (which moves its running mean and variance) record by
+  record; once its scale is frozen, ``(x - mean) / max(sqrt(m2 / max(n - 1, 1)), min_std)``
+  by the operator's own expression over the key's rows (the same element-wise operations);
+  the rows standardised in the burn-in carry ``burn_in: true`` into the records the next
+  stages get (their dead letters' ``raw`` holds it);
 * ``embed`` (an integer ``d``): each row's delay vector read from the key's ring of values
   and the row's own, the ring updated as :meth:`~shiftwatch.operators.embed.DelayEmbed._push`
   updates it;
@@ -57,19 +63,21 @@ def _clones(keyed: Any) -> bool:
 
 def chain_ready(ops: list) -> bool:
     """Whether the keyed operators ``ops`` are a chain :func:`karcher_chain_columns` runs:
-    ``window_covariance -> karcher`` or ``embed -> window_covariance -> karcher`` (``embed``
-    with an integer ``d``), each reading ``value``, one clone per key, ``karcher`` on an SPD
-    manifold named by its string."""
+    ``window_covariance -> karcher``, ``standardize -> window_covariance -> karcher`` or
+    ``embed -> window_covariance -> karcher`` (``embed`` with an integer ``d``), each reading
+    ``value``, one clone per key, ``karcher`` on an SPD manifold named by its string."""
     from shiftwatch.operators.embed import DelayEmbed
     from shiftwatch.operators.riemannian.operator import KarcherOperator
     from shiftwatch.operators.riemannian.transforms import WindowCovariance
+    from shiftwatch.operators.transforms import Standardize
 
     if len(ops) not in (2, 3) or not all(_clones(k) for k in ops):
         return False
     inner = [getattr(k, "operator", None) for k in ops]
     if len(ops) == 3:
         e = inner.pop(0)
-        if type(e) is not DelayEmbed or e.d == "auto" or e.field != "value":
+        if not ((type(e) is DelayEmbed and e.d != "auto") or type(e) is Standardize) \
+                or e.field != "value":
             return False
     w, k = inner
     return (type(w) is WindowCovariance and w.field == "value"
@@ -117,8 +125,8 @@ class _Run:
         self.thr = np.full(n, np.nan)
         self.special: dict[int, dict] = {}
         self.dead: list[tuple[int, DeadLetter]] = []
-        kinds = [type(k.operator).__name__ for k in ops]
-        self.kinds = kinds
+        self.burn = np.zeros(n, dtype=bool)  # standardised in the burn-in (``burn_in: true``)
+        self.kinds = [type(k.operator).__name__ for k in ops]
 
     def stage(self, stage: int, key: Any, rows: np.ndarray, data: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +143,8 @@ class _Run:
         i, m = 0, rows.shape[0]
         while i < m:
             op = ops.get(key)
-            if op is None or not ok[i]:  # the record path, for this row
+            if op is None or not ok[i] or (kind == "Standardize" and op._n < op.burn_in):
+                # the record path, for this row (a standardiser's burn-in moves its scale)
                 got = self._one(stage, int(rows[i]), data[i])
                 if got is not None:
                     out_rows.append(rows[i:i + 1])
@@ -145,6 +154,10 @@ class _Run:
             j = i + 1 + int(np.argmin(ok[i + 1:])) if not ok[i + 1:].all() else m
             if kind == "DelayEmbed":
                 got_rows, got_data = _embed(op, rows[i:j], data[i:j])
+            elif kind == "Standardize":  # (its scale frozen: the operator's expression)
+                var = op._m2 / max(op._n - 1, 1)
+                got_rows = rows[i:j]
+                got_data = (data[i:j] - op._mean) / np.maximum(np.sqrt(var), op.min_std)
             elif kind == "WindowCovariance":
                 got_rows, got_data = _windows(op, rows[i:j], data[i:j])
             else:
@@ -162,6 +175,8 @@ class _Run:
         rec = self.record(row)
         if stage:
             rec["value"] = value.tolist()
+            if self.burn[row]:
+                rec["burn_in"] = True
         return rec
 
     def _one(self, stage: int, row: int, value: np.ndarray) -> np.ndarray | None:
@@ -178,6 +193,8 @@ class _Run:
                 self.special[row] = o
             else:
                 got = np.asarray(o["value"], dtype=np.float64)
+                if o.get("burn_in") is True:
+                    self.burn[row] = True
         return got
 
     def _karcher(self, op: Any, rows: np.ndarray, pts: np.ndarray) -> None:

@@ -173,8 +173,12 @@ def test_what_takes_the_columnar_path(tmp_path):
         (vec, [create("river:ADWIN")], True),  # (a scalar kernel: vectors are not its)
         (num, [create("window_covariance"), create("karcher")], False),  # (numbers)
         (num, [create("embed"), create("window_covariance"), create("karcher")], False),
-        (vec, [create("standardize"), create("window_covariance"), create("karcher")], True),
+        (vec, [create("standardize", field="x"), create("window_covariance"),
+               create("karcher")], True),
+        (vec, [create("standardize"), create("standardize"), create("karcher")], True),
     ]
+    assert _run(vec, [create("standardize"), create("window_covariance"),
+                      create("karcher")]) is not None
     for path, ops, vector in record_path:
         assert _run(path, ops, vector) is None, ops
 
@@ -235,3 +239,45 @@ def test_json_lines_that_columns_cannot_hold_take_the_record_path(monkeypatch, c
     path = vector_jsonl(tmp_path / "v.jsonl", n=800, seed=12, odd=odd)
     _same(monkeypatch, capsys, tmp_path, path, CHAINS["adaptive"] + KEYED, "all",
           expect=False)
+
+
+STD = ["--operator", "standardize"]
+
+
+@pytest.mark.parametrize("params", [[], ["--param", "burn_in=5"],
+                                    ["--param", "burn_in=200", "--param", "min_std=0.5"],
+                                    ["--param", "emit_burn_in=false"]])
+@pytest.mark.parametrize("batch", ["1", "64", "1000"])
+def test_standardize_chain(monkeypatch, capsys, tmp_path, params, batch):
+    """``standardize -> window_covariance -> karcher`` (the sensor demo's chain): a key's
+    burn-in through its standardiser record by record, the frozen rest in arrays."""
+    path = vector_csv(tmp_path / "v.csv", seed=21)
+    got = _same(monkeypatch, capsys, tmp_path, path, STD + params + CHAINS["adaptive"]
+                + VEC + KEYED, "all", ["--batch-size", batch])
+    assert got["dead_letters.jsonl"].count(b"\n") > 50
+    assert b'"alarm":true' in got["outputs.jsonl"]
+
+
+def test_standardize_chain_dead_letters_in_the_burn_in(monkeypatch, capsys, tmp_path):
+    """A channel constant through a key's burn-in: its windows' covariances are beyond the
+    condition number ``karcher`` takes, and its dead letters carry the record it got,
+    ``burn_in: true`` included, as on the record path."""
+    rng = random.Random(5)
+    rows = ["key,ts,a,b,c"]
+    seen = {"k0": 0, "k1": 0}
+    for i in range(1500):
+        k = rng.choice(["k0", "k1"])
+        seen[k] += 1
+        c = "5.0" if k == "k0" and seen[k] <= 300 else repr(rng.gauss(0.0, 1.0))
+        rows.append(f"{k},{i},{rng.gauss(0.0, 1.0)!r},{rng.gauss(0.0, 1.0)!r},{c}")
+    path = tmp_path / "v.csv"
+    path.write_text("\n".join(rows) + "\n")
+    args = STD + ["--param", "burn_in=100", "--operator", "window_covariance", "--param",
+                  "window=10", "--param", "shrinkage=0.0", "--param", "min_eig=1.0e-14",
+                  "--operator", "karcher", "--param", "threshold=adaptive"]
+    for batch in ("1", "37"):
+        got = _same(monkeypatch, capsys, tmp_path / batch, path, args + VEC + KEYED, "all",
+                    ["--batch-size", batch])
+        dead = got["dead_letters.jsonl"]
+        assert dead.count(b"condition number") > 100
+        assert dead.count(b"burn_in") > 50
