@@ -294,6 +294,35 @@ class ClusterSession:
                         "member since they were assigned): not checkpointed; a new session "
                         "starts once the group settles", self.stage.name, sorted(mine))
 
+    def check_kept(self, added) -> None:
+        """Back on a cluster after losing it, a join that keeps partitions this member held
+        (``cooperative-sticky`` keeps what a member says it owns, ``added`` are the others):
+        a kept partition whose position is beyond its end offset on the cluster now is not
+        the log the member read (a broker restarted empty: its log starts over, and a fetch
+        beyond its end returns nothing, on tansu without an error). Such partitions are
+        lost as in :meth:`on_lost` (not checkpointed; a new session starts, so the group
+        assigns them afresh and the stage reads the new log from its beginning)."""
+        from kafka import TopicPartition
+
+        new = {tp.partition for tp in added if tp.topic == self.stage.input}
+        kept = [TopicPartition(self.stage.input, p) for p in sorted(self._tasks)
+                if p not in new]
+        if not kept or self._consumer is None:
+            return
+        try:
+            ends = self._consumer.end_offsets(kept)
+            gone = [tp for tp in kept if ends.get(tp) is not None
+                    and self._consumer.position(tp) > ends[tp]]
+        except Exception as exc:  # (no answer: the next poll tells; nothing is decided here)
+            log.info("stage %s: the kept partitions' end offsets are unknown (%s: %s)",
+                     self.stage.name, type(exc).__name__, exc)
+            return
+        if gone:
+            log.warning("stage %s: partitions %s are past their end on the cluster it is back "
+                        "on (the log is not the one it read: a broker restarted empty)",
+                        self.stage.name, [tp.partition for tp in gone])
+            self.on_lost(gone)
+
     def _back(self) -> None:
         """Assigned (after losing the cluster: the outage is over)."""
         self._assigned_at = time.monotonic()

@@ -219,6 +219,8 @@ class StageRunner(ClusterSession, PartitionAssignment):
 
             def on_partitions_assigned(self, assigned):
                 runner._joined = False  # this join's assignment is handled
+                if runner._lost_at > runner._assigned_at:  # (back after losing the cluster)
+                    runner.check_kept(assigned)
                 # Dropped by the group since the last assignment: leave it now that it is
                 # settled (tansu's group does not settle when a member leaves mid-join) and
                 # start over rather than restore in this session.
