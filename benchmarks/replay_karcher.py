@@ -7,8 +7,9 @@ Run ``python benchmarks/replay_karcher.py`` (1,000,000 records x 100 keys; ``--r
 * writes two seeded CSVs: ``key,ts,a,b,c`` (three N(0, 1) channels per record, a uniform key;
   after the middle of the file channel b follows channel a, a change of correlation) and
   ``key,ts,value`` (channel a alone);
-* replays ``window_covariance window=20 -> karcher`` on the first (the ``value`` the columns
-  a, b, c) and ``embed d=3 -> window_covariance window=20 -> karcher`` on the second, each as
+* replays ``window_covariance window=20 -> karcher`` and ``standardize -> window_covariance
+  window=20 -> karcher`` on the first (the ``value`` the columns a, b, c) and ``embed d=3 ->
+  window_covariance window=20 -> karcher`` on the second (``--chains`` picks some), each as
   its own process: on the columnar path (the default) and with ``SHIFTWATCH_RECORD_PATH=1``
   (record by record), every output written, ``--no-plots``; wall time and peak RSS from
   ``/usr/bin/time`` (:func:`replay.run_process`), best of ``--repeats``;
@@ -40,6 +41,9 @@ CHAINS = {
     "window_covariance -> karcher": (
         "vec", ["--source-opt", "value=[a, b, c]", "--operator", "window_covariance",
                 "--param", "window=20", "--operator", "karcher"]),
+    "standardize -> window_covariance -> karcher": (
+        "vec", ["--source-opt", "value=[a, b, c]", "--operator", "standardize", "--operator",
+                "window_covariance", "--param", "window=20", "--operator", "karcher"]),
     "embed d=3 -> window_covariance -> karcher": (
         "num", ["--operator", "embed", "--param", "d=3", "--operator", "window_covariance",
                 "--param", "window=20", "--operator", "karcher"]),
@@ -91,7 +95,7 @@ def replay(csv_path: Path, args: list[str], work: Path, record: bool, repeats: i
     return best
 
 
-def detector_alone(csv_path: Path, embed: bool) -> dict:
+def detector_alone(csv_path: Path, embed: bool, standardize: bool = False) -> dict:
     """The window covariances and ``update_many`` per key, from arrays (the file read
     before the clock starts)."""
     from numpy.lib.stride_tricks import sliding_window_view
@@ -109,6 +113,9 @@ def detector_alone(csv_path: Path, embed: bool) -> dict:
         x = vals[keys == key]
         if embed:  # (d=3, tau=1: the value and the two before it)
             x = sliding_window_view(x[:, 0], 3)[:, ::-1]
+        if standardize:  # (the burn-in's mean and standard deviation, then frozen)
+            b = x[:30]
+            x = (x - b.mean(axis=0)) / np.maximum(b.std(axis=0, ddof=1), 1e-9)
         w = sliding_window_view(x, 20, axis=0).transpose(0, 2, 1)  # (n - 19, 20, d)
         c = w - w.mean(axis=1, keepdims=True)
         s = np.einsum("nij,nik->njk", c, c) / 19
@@ -129,16 +136,20 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/shiftwatch-bench-replay-karcher")
     ap.add_argument("--md", help="write the table as Markdown to this file")
     ap.add_argument("--json", help="write the raw results as JSON to this file")
+    ap.add_argument("--chains", help="only these chains (names as in the table, joined by ';')")
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     vec, num = write_csvs(work, a.records, a.keys)
     files = {"vec": vec, "num": num}
     rows = []
+    wanted = None if not a.chains else set(a.chains.split(";"))
     for name, (kind, args) in CHAINS.items():
+        if wanted is not None and name not in wanted:
+            continue
         col = replay(files[kind], args, work, False, a.repeats)
         rec = replay(files[kind], args, work, True, 1)
-        alone = detector_alone(files[kind], kind == "num")
+        alone = detector_alone(files[kind], kind == "num", name.startswith("standardize"))
         print(f"{name}: columnar {col}, record path {rec}, detector alone {alone}", flush=True)
         rows.append({"chain": name, "columnar": col, "record": rec, "alone": alone})
     lines = [f"{a.records:,} records x {a.keys} keys, every output written; records/s by "
