@@ -44,3 +44,30 @@ def messy_ascii_csv(path, n=2000, keys=7, seed=0, ts=True, key=True, bad=0.06, d
         data = data.replace(b"k3", b"k\xff3", 3)
     path.write_bytes(data)
     return path
+
+
+def chunk_items(chunks, row):
+    """The items column chunks stand for, in file order: ``("dead", record)`` for each dead
+    letter, ``row(chunk, i)`` for each accepted row (what the record path's items are
+    compared with)."""
+    got = []
+    for c in chunks:
+        dead = iter(c.dead)
+        d = next(dead, None)
+        for i in range(len(c) + 1):
+            while d is not None and d[0] == i:
+                got.append(("dead", d[1].to_record()))
+                d = next(dead, None)
+            if i < len(c):
+                got.append(row(c, i))
+    return got
+
+
+def norm_key(k):
+    """A JSON list key as the tuple the keyed operators (and the JSON Lines reader) use."""
+    return tuple(norm_key(x) for x in k) if isinstance(k, list) else k
+
+
+def spell(x):
+    """Type and text: 1, 1.0 and True differ, as -0.0 and 0.0 do."""
+    return (type(x).__name__, repr(x))

@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from test_columnar_replay_helpers import chunk_items as _walk
 
 from shiftwatch.records import DeadLetter
 from shiftwatch.streams import columns
@@ -80,21 +81,13 @@ def record_items(src):
 def chunk_items(chunks, d):
     """The items the chunks stand for (each chunk's ``values`` checked: float64,
     C-contiguous, ``(rows, d)``)."""
-    got = []
+    chunks = list(chunks)
     for c in chunks:
         assert c.values.dtype == np.float64 and c.values.flags.c_contiguous
         assert c.values.shape == (len(c), d)
         assert c.ts is None or c.ts.shape == (len(c),)
-        dead = iter(c.dead)
-        x = next(dead, None)
-        for i in range(len(c) + 1):
-            while x is not None and x[0] == i:
-                got.append(("dead", x[1].to_record()))
-                x = next(dead, None)
-            if i < len(c):
-                got.append(("rec", c.keys[i], None if c.ts is None else float(c.ts[i]),
-                            _bits(c.values[i])))
-    return got
+    return _walk(chunks, lambda c, i: (
+        "rec", c.keys[i], None if c.ts is None else float(c.ts[i]), _bits(c.values[i])))
 
 
 def _compare(path, opts, chunk, scan, monkeypatch):

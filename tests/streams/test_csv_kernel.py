@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from test_columnar_replay_helpers import messy_ascii_csv
+from test_columnar_replay_helpers import chunk_items, messy_ascii_csv
 
 from shiftwatch.records import MAX_ABS
 from shiftwatch.streams import columns
@@ -146,18 +146,8 @@ def test_lines_ending_with_a_carriage_return_alone_are_read_block_by_block(tmp_p
 
 
 def _items_of_chunks(chunks):
-    got = []
-    for c in chunks:
-        dead = iter(c.dead)
-        d = next(dead, None)
-        for i in range(len(c) + 1):
-            while d is not None and d[0] == i:
-                got.append(("dead", d[1].to_record()))
-                d = next(dead, None)
-            if i < len(c):
-                got.append(("rec", c.keys[i], None if c.ts is None else float(c.ts[i]),
-                            float(c.values[i])))
-    return got
+    return chunk_items(chunks, lambda c, i: (
+        "rec", c.keys[i], None if c.ts is None else float(c.ts[i]), float(c.values[i])))
 
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])

@@ -16,6 +16,9 @@ import random
 
 import numpy as np
 import pytest
+from test_columnar_replay_helpers import chunk_items
+from test_columnar_replay_helpers import norm_key as _norm_key
+from test_columnar_replay_helpers import spell as _spell
 
 from shiftwatch.deploy.columnar import source_columns
 from shiftwatch.records import DeadLetter
@@ -100,15 +103,6 @@ def messy_jsonl(path, n=2000, keys=7, seed=0, ts=True, key=True, crlf=False, bad
     return path
 
 
-def _norm_key(k):
-    return tuple(_norm_key(x) for x in k) if isinstance(k, list) else k
-
-
-def _spell(x):
-    # type and text: 1, 1.0 and True differ, as -0.0 and 0.0 do
-    return (type(x).__name__, repr(x))
-
-
 def record_items(src):
     """The record path's items: ("dead", record) or ("rec", key, ts, value), spelled out."""
     return [("dead", it.to_record()) if isinstance(it, DeadLetter) else
@@ -117,21 +111,13 @@ def record_items(src):
 
 
 def column_items(chunks):
-    got = []
+    chunks = list(chunks)
     for c in chunks:
-        dead = iter(c.dead)
-        d = next(dead, None)
-        for i in range(len(c) + 1):
-            while d is not None and d[0] == i:
-                got.append(("dead", d[1].to_record()))
-                d = next(dead, None)
-            if i < len(c):
-                got.append(("rec", _spell(c.keys[i]),
-                            _spell(None if c.ts is None else float(c.ts[i])),
-                            _spell(float(c.values[i]))))
         assert np.all(np.diff(c.lines) > 0)
         assert len(c.lines) == len(c.keys) == len(c.values)
-    return got
+    return chunk_items(chunks, lambda c, i: (
+        "rec", _spell(c.keys[i]), _spell(None if c.ts is None else float(c.ts[i])),
+        _spell(float(c.values[i]))))
 
 
 def _compare(path, opts, chunk, expect_fast=0.5, monkeypatch=None):

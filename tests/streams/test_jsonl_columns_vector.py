@@ -14,6 +14,9 @@ import re
 
 import numpy as np
 import pytest
+from test_columnar_replay_helpers import chunk_items
+from test_columnar_replay_helpers import norm_key as _norm_key
+from test_columnar_replay_helpers import spell as _spell
 
 from shiftwatch.records import DeadLetter
 from shiftwatch.streams import jsonl_columns as jc
@@ -100,14 +103,6 @@ def messy_vector_jsonl(path, n=1200, d=3, keys=7, seed=0, ts=True, key=True, crl
     return path
 
 
-def _norm_key(k):
-    return tuple(_norm_key(x) for x in k) if isinstance(k, list) else k
-
-
-def _spell(x):
-    return (type(x).__name__, repr(x))
-
-
 def _bits(v) -> bytes:
     return np.asarray(v, dtype=np.float64).tobytes()
 
@@ -121,24 +116,16 @@ def record_items(src):
 
 def column_items(chunks, d):
     """The chunks' items, spelled as :func:`record_items`; checks each chunk's arrays."""
-    got = []
+    chunks = list(chunks)
     for c in chunks:
         v = c.values
         assert v.dtype == np.float64 and v.flags.c_contiguous
         assert v.shape == (len(c), d)
         assert len(c.lines) == len(c.keys) == v.shape[0]
         assert np.all(np.diff(c.lines) > 0)
-        dead = iter(c.dead)
-        dl = next(dead, None)
-        for i in range(len(c) + 1):
-            while dl is not None and dl[0] == i:
-                got.append(("dead", dl[1].to_record()))
-                dl = next(dead, None)
-            if i < len(c):
-                got.append(("rec", _spell(c.keys[i]),
-                            _spell(None if c.ts is None else float(c.ts[i])),
-                            (d,), v[i].tobytes()))
-    return got
+    return chunk_items(chunks, lambda c, i: (
+        "rec", _spell(c.keys[i]), _spell(None if c.ts is None else float(c.ts[i])), (d,),
+        c.values[i].tobytes()))
 
 
 def _opts(kw):
