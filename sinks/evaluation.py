@@ -365,13 +365,16 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
             for k in ids:
                 if k not in kinds:
                     kinds[k] = SCALAR
+        self._keep_inputs(columns, ids, columns.values)
+
+    def _keep_inputs(self, columns: Any, ids: list[int], plot: np.ndarray) -> None:
+        """A column batch's key ids, offsets, ``ts`` and plot values (one per row) kept."""
         n = len(columns)
         self._in_key.frombytes(np.asarray(ids, dtype=np.int64)[columns.inv].tobytes())
         self._in_off.frombytes(_offsets(columns.offsets).tobytes())
         ts = columns.ts if columns.ts is not None else np.full(n, math.nan)
         self._in_ts.frombytes(np.ascontiguousarray(ts, dtype=np.float64).tobytes())
-        self._in_val.frombytes(np.ascontiguousarray(columns.values,
-                                                    dtype=np.float64).tobytes())
+        self._in_val.frombytes(np.ascontiguousarray(plot, dtype=np.float64).tobytes())
 
     def _write_vector_columns(self, columns: Any) -> None:
         """:meth:`write_input_columns` of vectors (``values`` (n, d)): each key's
@@ -398,11 +401,7 @@ class EvaluationSink(ReportBuilder, KeyViews, Sink):
         for u, k in enumerate(ids):
             self._vectors.setdefault(k, []).extend(
                 map(tuple, rows[starts[u]:starts[u] + counts[u]]))
-        self._in_key.frombytes(np.asarray(ids, dtype=np.int64)[columns.inv].tobytes())
-        self._in_off.frombytes(_offsets(columns.offsets).tobytes())
-        ts = columns.ts if columns.ts is not None else np.full(n, math.nan)
-        self._in_ts.frombytes(np.ascontiguousarray(ts, dtype=np.float64).tobytes())
-        self._in_val.frombytes(np.full(n, math.nan).tobytes())
+        self._keep_inputs(columns, ids, np.full(n, math.nan))  # (plotted from _vectors)
 
     def _kids(self, keys: list, columns: Any = None) -> list[int]:
         """:meth:`_kid` of each of ``keys`` (a column batch's distinct keys; the outputs of a
