@@ -9,6 +9,7 @@ taken."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,11 @@ from shiftwatch.operators import create
 from shiftwatch.sinks import DeadLetterSink, EvaluationSink, JsonlSink
 from shiftwatch.streams.files import JsonlSource
 
-_spec = importlib.util.spec_from_file_location(
-    "_jsonl_streams", Path(__file__).parents[1] / "streams" / "test_jsonl_columns.py")
+_STREAMS = Path(__file__).parents[1] / "streams"
+if str(_STREAMS) not in sys.path:  # (its own imports: the helpers beside it)
+    sys.path.append(str(_STREAMS))
+_spec = importlib.util.spec_from_file_location("_jsonl_streams",
+                                               _STREAMS / "test_jsonl_columns.py")
 _streams = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_streams)
 messy_jsonl = _streams.messy_jsonl
