@@ -40,6 +40,11 @@ def label(params: dict | None) -> str:
     return "None (delta 0.002)" if params is None else f"delta {params['delta']:g}"
 
 
+def auto_params(params: dict | None) -> dict:
+    """``auto``'s parameters for a candidate (a caller may point this elsewhere)."""
+    return {} if params is None else {"level_params": dict(params)}
+
+
 def route(op) -> str | None:
     """The route ``auto`` ended on for the key ``s`` (``"shape"``, ``"level"``, ...)."""
     from shiftwatch.operators.keyed import Keyed
@@ -70,7 +75,7 @@ def run_one(job: tuple[int, str, list[dict]]) -> tuple[int, str, list[dict], flo
     """One candidate on one data set: per-series score rows (with ``name`` and ``route``)."""
     ci, ds, series = job
     params = CANDIDATES[ci]
-    chain = [("auto", {} if params is None else {"level_params": dict(params)})]
+    chain = [("auto", auto_params(params))]
     rows = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

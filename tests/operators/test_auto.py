@@ -124,3 +124,77 @@ def test_parameters_are_checked():
         create("auto", shape_params={"threshold": -1})
     with pytest.raises(ValueError, match="field"):
         create("auto", level_params={"field": "x"})
+
+
+def two_quick_changes(seed: int = 5) -> np.ndarray:
+    """Level shifts at 1000 and 1030: the second falls in ``cs``'s re-burn-in."""
+    rng = np.random.default_rng(seed)
+    return np.r_[rng.normal(0, 1, 1000), rng.normal(2, 1, 30), rng.normal(7, 1, 400)]
+
+
+def test_the_relay_reports_cs_where_it_judges_and_a_restarted_adwin_in_its_burn_in():
+    y = two_quick_changes()
+    cs = create("cs").process_batch(records(y))
+    relay = create("auto", level="relay").process_batch(records(y))
+    adwin = create("auto").process_batch(records(y))
+    first_cs = next(i for i, o in enumerate(cs) if o["alarm"])
+    got = [(i, o["change_at"]) for i, o in enumerate(relay) if o["alarm"]]
+    # cs's alarm is the relay's (same record, same location) ...
+    assert got[0] == (first_cs, cs[first_cs]["change_at"])
+    assert abs(got[0][1] - 1000) <= 5
+    # ... and the ADWIN restarted after it, counting from the key's start, finds the second
+    # change while cs re-learns its scale; plain ADWIN reports only one alarm here
+    assert len(got) == 2 and abs(got[1][1] - 1030) <= 5 and first_cs < got[1][0]
+    assert len(alarms(adwin)) == 1
+    assert all(o["route"] == "level" for o in relay)
+
+
+def test_the_handover_is_adwin_until_cs_is_bounded_then_cs_alone():
+    rng = np.random.default_rng(8)
+    y = rng.normal(size=1500)
+    y[900:] += 1.5
+    recs = records(y)
+    cs = create("cs").process_batch(recs)
+    adwin = create("auto").process_batch(recs)
+    hand = create("auto", level="handover").process_batch(recs)
+    start = next(i for i, o in enumerate(cs) if o["lower"] is not None or o["alarm"])
+    assert 0 < start < 900
+    keys = ("alarm", "change_at")
+    assert [{k: o.get(k) for k in keys} for o in hand[:start]] == \
+        [{k: o.get(k) for k in keys} for o in adwin[:start]]
+    assert [{k: o.get(k) for k in keys} for o in hand[start:]] == \
+        [{k: o.get(k) for k in keys} for o in cs[start:]]
+    assert any(abs(o["change_at"] - 900) <= 10 for o in hand[start:] if o["alarm"])
+
+
+@pytest.mark.parametrize("level", ["handover", "relay"])
+def test_cs_level_routes_go_record_by_record_as_in_batches(level):
+    y = two_quick_changes(seed=6)
+    recs = records(y)
+    batch = create("auto", level=level).process_batch(recs)
+    op = create("auto", level=level)
+    assert [op.process(r)[0] for r in recs] == batch
+    op = create("auto", level=level)
+    assert [o for k in range(0, len(recs), 97) for o in op.process_batch(recs[k:k + 97])] \
+        == batch
+
+
+@pytest.mark.parametrize("level", ["handover", "relay"])
+@pytest.mark.parametrize("cut", [10, 500, 1002, 1010, 1100])
+def test_cs_level_routes_restore_anywhere(level, cut):
+    from shiftwatch.operators.state_codec import dumps_state, loads_state
+
+    recs = records(two_quick_changes(seed=7))
+    whole = create("auto", level=level).process_batch(recs)
+    first = create("auto", level=level)
+    head = first.process_batch(recs[:cut])
+    second = create("auto", level=level)
+    second.load_state_dict(loads_state(dumps_state(first.state_dict())))
+    assert head + second.process_batch(recs[cut:]) == whole
+    with pytest.raises(ValueError, match="cs state"):
+        create("auto", level=level).load_state_dict(create("auto").state_dict())
+
+
+def test_the_level_route_is_checked():
+    with pytest.raises(ValueError, match="level must be one of"):
+        create("auto", level="cs")

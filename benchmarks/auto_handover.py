@@ -1,0 +1,111 @@
+"""``auto``'s level route: ADWIN alone, ADWIN until ``cs`` can judge, or a relay of the two.
+
+    python benchmarks/auto_handover.py [--data ../shared/data] [--sets SET[,SET]] [--jobs N]
+
+Runs ``auto`` (its defaults, ``multichannel="level"``) with ``level`` = ``"adwin"`` (the
+default before this comparison), ``"handover"`` and ``"relay"`` (``operators/auto.py``) on
+tssb-dev, mocap6 and River's TCPD series with ``benchmarks/auto_level.py``'s harness (hence
+``benchmarks/realdata.py``'s ``load``, evaluating sink and ``score``), then the synthetic
+streams reported beside the rule (a level shift in white noise; change-free white noise and
+AR(1) streams; seeded). The rule that uses these numbers is declared in
+``benchmarks/results/auto.md`` ("The level route: ADWIN first, ``cs`` once it can judge");
+this script only measures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import auto_cs_level  # noqa: E402
+import auto_level  # noqa: E402
+
+CANDIDATES: list[dict | None] = [None, {"level": "handover"}, {"level": "relay"}]
+LABELS = {None: '(a) level="adwin"', "handover": '(d) level="handover"',
+          "relay": '(e) level="relay"'}
+
+
+def label(params: dict | None) -> str:
+    return LABELS[None if params is None else params["level"]]
+
+
+def auto_params(params: dict | None) -> dict:
+    return {} if params is None else dict(params)
+
+
+def use_candidates() -> None:
+    auto_level.CANDIDATES = CANDIDATES
+    auto_level.label = label
+    auto_level.auto_params = auto_params
+    auto_cs_level.CANDIDATES = CANDIDATES
+    auto_cs_level.label = label
+
+
+def run_one(job):
+    use_candidates()
+    return auto_level.run_one(job)
+
+
+def synthetic(seeds: int = 50) -> str:
+    """Alarms of each candidate on seeded synthetic streams (reported, not part of the rule)."""
+    from shiftwatch.operators import create
+
+    def stream(kind: str, rng) -> tuple[np.ndarray, int | None]:
+        if kind == "shift":  # 1 sd level shift at 1,500 in white noise, 3,000 records
+            return np.r_[rng.normal(0, 1, 1500), rng.normal(1, 1, 1500)], 1500
+        if kind == "white":
+            return rng.normal(size=3000), None
+        e = rng.normal(size=3000)  # AR(1) 0.9
+        y = np.empty(3000)
+        y[0] = e[0] / np.sqrt(1 - 0.81)
+        for t in range(1, 3000):
+            y[t] = 0.9 * y[t - 1] + e[t]
+        return y, None
+
+    lines = ["| stream (3,000 records, 50 seeds) | candidate | alarms/stream | "
+             "streams with the shift found (an alarm within 300 records after it) | "
+             "mean delay (records) |", "| --- | --- | ---: | ---: | ---: |"]
+    for kind, name in (("shift", "1 sd level shift at 1,500, white noise"),
+                       ("white", "white noise, no change"), ("ar", "AR(1) 0.9, no change")):
+        for p in CANDIDATES:
+            alarms, found, delays = 0, 0, []
+            for seed in range(seeds):
+                y, at = stream(kind, np.random.default_rng([20261204, seed]))
+                op = create("auto", **auto_params(p))
+                outs = op.process_batch([{"ts": i, "value": float(v)} for i, v in enumerate(y)])
+                hits = [o["ts"] for o in outs if o["alarm"]]
+                alarms += len(hits)
+                if at is not None:
+                    after = [h for h in hits if at <= h < at + 300]
+                    if after:
+                        found += 1
+                        delays.append(after[0] - at)
+            lines.append(f"| {name} | {label(p)} | {alarms / seeds:.2f} | "
+                         + (f"{found}/{seeds} | {np.mean(delays):.0f}" if kind == "shift"
+                            and delays else ("0/50 | -" if kind == "shift" else "- | -"))
+                         + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    use_candidates()
+    got = auto_level.run(argv, "benchmarks/auto_handover.py", run_one)
+    if got == 2:
+        return 2
+    results, sets = got
+    print(auto_level.tables(results, sets))
+    print(auto_level.level_series(results, sets))
+    print(auto_level.check(results, sets).replace("candidate None", "candidate (a)"))
+    print()
+    print(auto_cs_level.arithmetic(results, sets))
+    print("#### Synthetic streams (reported beside the rule, not part of it)\n")
+    print(synthetic())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
