@@ -50,32 +50,45 @@ def run_one(job):
     return auto_level.run_one(job)
 
 
-def synthetic(seeds: int = 50) -> str:
-    """Alarms of each candidate on seeded synthetic streams (reported, not part of the rule)."""
+def _stream(kind: str, rng) -> tuple[np.ndarray, int | None]:
+    if kind == "shift":  # 1 sd level shift at 1,500 in white noise, 3,000 records
+        return np.r_[rng.normal(0, 1, 1500), rng.normal(1, 1, 1500)], 1500
+    if kind == "short":  # 2 sd level shift at 20 in white noise, 40 records
+        return np.r_[rng.normal(0, 1, 20), rng.normal(2, 1, 20)], 20
+    if kind == "white":
+        return rng.normal(size=3000), None
+    e = rng.normal(size=3000)  # AR(1) 0.9
+    y = np.empty(3000)
+    y[0] = e[0] / np.sqrt(1 - 0.81)
+    for t in range(1, 3000):
+        y[t] = 0.9 * y[t - 1] + e[t]
+    return y, None
+
+
+STREAMS = {"shift": "1 sd level shift at 1,500, white noise (3,000 records)",
+           "white": "white noise, no change (3,000 records)",
+           "ar": "AR(1) 0.9, no change (3,000 records)",
+           "short": "2 sd level shift at 20, white noise (40 records)"}
+
+
+def synthetic(candidates=None, name=None, params=None, kinds=("shift", "white", "ar"),
+              seeds: int = 50) -> str:
+    """Alarms of each candidate on seeded synthetic streams (reported, not part of the rule).
+    ``candidates``, ``name`` and ``params``: the candidates, their labels and ``auto``'s
+    parameters for each (this script's by default)."""
     from shiftwatch.operators import create
 
-    def stream(kind: str, rng) -> tuple[np.ndarray, int | None]:
-        if kind == "shift":  # 1 sd level shift at 1,500 in white noise, 3,000 records
-            return np.r_[rng.normal(0, 1, 1500), rng.normal(1, 1, 1500)], 1500
-        if kind == "white":
-            return rng.normal(size=3000), None
-        e = rng.normal(size=3000)  # AR(1) 0.9
-        y = np.empty(3000)
-        y[0] = e[0] / np.sqrt(1 - 0.81)
-        for t in range(1, 3000):
-            y[t] = 0.9 * y[t - 1] + e[t]
-        return y, None
-
-    lines = ["| stream (3,000 records, 50 seeds) | candidate | alarms/stream | "
+    candidates = CANDIDATES if candidates is None else candidates
+    name, params = name or label, params or auto_params
+    lines = [f"| stream ({seeds} seeds) | candidate | alarms/stream | "
              "streams with the shift found (an alarm within 300 records after it) | "
              "mean delay (records) |", "| --- | --- | ---: | ---: | ---: |"]
-    for kind, name in (("shift", "1 sd level shift at 1,500, white noise"),
-                       ("white", "white noise, no change"), ("ar", "AR(1) 0.9, no change")):
-        for p in CANDIDATES:
+    for kind in kinds:
+        for p in candidates:
             alarms, found, delays = 0, 0, []
             for seed in range(seeds):
-                y, at = stream(kind, np.random.default_rng([20261204, seed]))
-                op = create("auto", **auto_params(p))
+                y, at = _stream(kind, np.random.default_rng([20261204, seed]))
+                op = create("auto", **params(p))
                 outs = op.process_batch([{"ts": i, "value": float(v)} for i, v in enumerate(y)])
                 hits = [o["ts"] for o in outs if o["alarm"]]
                 alarms += len(hits)
@@ -84,10 +97,11 @@ def synthetic(seeds: int = 50) -> str:
                     if after:
                         found += 1
                         delays.append(after[0] - at)
-            lines.append(f"| {name} | {label(p)} | {alarms / seeds:.2f} | "
-                         + (f"{found}/{seeds} | {np.mean(delays):.0f}" if kind == "shift"
-                            and delays else ("0/50 | -" if kind == "shift" else "- | -"))
-                         + " |")
+            if at is None:
+                tail = "- | -"
+            else:
+                tail = f"{found}/{seeds} | " + (f"{np.mean(delays):.0f}" if delays else "-")
+            lines.append(f"| {STREAMS[kind]} | {name(p)} | {alarms / seeds:.2f} | {tail} |")
     return "\n".join(lines)
 
 
