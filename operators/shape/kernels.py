@@ -92,7 +92,7 @@ def block_feature(s1, s2, cnt, shrink, gauss, out):
 
 
 @njit(cache=True)
-def zscan(feats, nf, m, min_spread=0.01):
+def zscan(feats, nf, m, min_spread=0.01, dep=0):
     """Best split of the first ``nf`` feature rows, each side >= m rows.
 
     Z(k) = k (N - k) / N * ||mean_left - mean_right||^2 / V, V the pooled within-side
@@ -101,7 +101,10 @@ def zscan(feats, nf, m, min_spread=0.01):
     change, whatever the scale, units or dimension). V is floored at q * min_spread^2: block
     to block fluctuations below ``min_spread`` (log units, i.e. a relative change of about
     1% of a covariance entry) count as that much, so that a noiseless periodic stream (V ~ 0)
-    does not turn rounding errors into alarms. Returns (k, Z)."""
+    does not turn rounding errors into alarms. ``dep=1``: Z at the best split is divided by
+    ``(1 + rho) / (1 - rho)``, ``rho`` the within-side lag-1 autocorrelation of the rows
+    (:func:`lag1_within`), clipped to [0, 0.9]: the variance of a side's mean of dependent
+    blocks. Returns (k, Z)."""
     q = feats.shape[1]
     N = nf
     tot = np.zeros(q)
@@ -138,7 +141,43 @@ def zscan(feats, nf, m, min_spread=0.01):
         if z > best:
             best = z
             bk = k
+    if dep and bk > 0:
+        rho = lag1_within(feats, N, bk)
+        if rho > 0.9:
+            rho = 0.9
+        if rho > 0.0:
+            best = best * (1.0 - rho) / (1.0 + rho)
     return bk, best
+
+
+@njit(cache=True)
+def lag1_within(feats, N, k):
+    """Lag-1 autocorrelation of the first ``N`` rows split at ``k``: deviations from each
+    side's own mean, products of consecutive rows on the same side, pooled over coordinates
+    and sides, over the sum of squared deviations (0 when there is no spread)."""
+    q = feats.shape[1]
+    ml = np.zeros(q)
+    mr = np.zeros(q)
+    for i in range(N):
+        for j in range(q):
+            if i < k:
+                ml[j] += feats[i, j]
+            else:
+                mr[j] += feats[i, j]
+    for j in range(q):
+        ml[j] /= k
+        mr[j] /= N - k
+    num = 0.0
+    den = 0.0
+    for i in range(N):
+        same = i + 1 < N and (i + 1 < k) == (i < k)
+        for j in range(q):
+            mu = ml[j] if i < k else mr[j]
+            a = feats[i, j] - mu
+            den += a * a
+            if same:
+                num += a * (feats[i + 1, j] - mu)
+    return num / den if den > 0.0 else 0.0
 
 
 @njit(cache=True)
@@ -223,7 +262,7 @@ def refine_split(ring, R, lo, hi, d, tau, joint, G, g, shrink, m):
 @njit(cache=True)
 def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, hcurve, shrink,
               gauss, refine, min_spread, ref_half, ref_min, alarm_out, change_out, stat_out,
-              thr_out):
+              thr_out, dep=0):
     """Advance the detector over the rows of ``xs`` (T, c), already standardised.
 
     ``hcurve[N]`` is the threshold of a scan over ``N`` blocks (``len(hcurve) > maxb``).
@@ -269,7 +308,7 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                 s2[:] = 0.0
                 ist[BCOUNT] = 0
                 if ist[NF] >= 2 * m:
-                    k, z = zscan(feats, ist[NF], m, min_spread)
+                    k, z = zscan(feats, ist[NF], m, min_spread, dep)
                     h = hcurve[ist[NF]]
                     fst[LAST_Z] = z
                     fst[LAST_H] = h
