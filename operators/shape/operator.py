@@ -15,7 +15,7 @@ from shiftwatch.operators.contract import Operator, params_of
 from shiftwatch.operators.registry import register
 from shiftwatch.operators.sensitivity import Sensitivity
 from shiftwatch.operators.shape.detector import ShapeDetector, _num
-from shiftwatch.records import BadInput, DeadLetter, as_array, get_field
+from shiftwatch.records import MAX_ABS, BadInput, DeadLetter, as_array, get_field
 
 __all__ = ["ShapeOperator"]
 
@@ -103,11 +103,14 @@ class ShapeOperator(Operator):
     def _emit(self, run: list[tuple[Mapping, np.ndarray]], out: list) -> None:
         if not run:
             return
-        xs = np.stack([x for _, x in run])
+        # one channel: floats (see process_batch); several: arrays of one length
+        xs = np.array([x for _, x in run], dtype=np.float64).reshape(len(run), -1)
         t = np.full(len(run), np.nan)
         for i, (rec, _) in enumerate(run):
-            ts = rec.get("ts") if isinstance(rec, Mapping) else None
-            if _num(ts):
+            ts = rec.get("ts") if type(rec) is dict or isinstance(rec, Mapping) else None
+            if type(ts) is float:
+                t[i] = ts
+            elif _num(ts):
                 try:  # an integer too large for a float (10**300 and up) is no time
                     t[i] = float(ts)
                 except OverflowError:
@@ -156,14 +159,27 @@ class ShapeOperator(Operator):
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
         """Same outputs as :meth:`process` in a loop; valid runs go through the kernel."""
         out: list[dict | DeadLetter] = []
-        run: list[tuple[Mapping, np.ndarray]] = []
+        run: list[tuple[Mapping, Any]] = []  # one channel: floats; several: arrays
+        size = 0  # channels of the run's values
+        field = self.field
+        plain = "." not in field
+        lo, hi = -MAX_ABS, MAX_ABS
         for record in records:
+            if plain and type(record) is dict:  # the hot path: a plain number, in range
+                v = record.get(field)
+                if (type(v) is float or type(v) is int) and lo <= v <= hi:
+                    c = self._detector._c
+                    if c == 1 or (c is None and (not run or size == 1)):
+                        run.append((record, float(v)))
+                        size = 1
+                        continue
             try:
                 x = self._read(record)
-                if self._detector._c is None and run and x.size != run[0][1].size:
+                if self._detector._c is None and run and x.size != size:
                     raise BadInput(f"{self.field} has {x.size} channels, earlier values had "
-                                   f"{run[0][1].size}")
-                run.append((record, x))
+                                   f"{size}")
+                run.append((record, float(x[0]) if x.size == 1 else x))
+                size = x.size
             except BadInput as exc:
                 self._emit(run, out)
                 run = []
