@@ -349,7 +349,18 @@ class AutoDetect(Operator):
         records go through the routed detector's own batch path."""
         out: list = []
         run: list[tuple[Mapping, dict]] = []
+        field, hi = self.field, self.max_abs
+        plain = "." not in field
         for record in records:
+            if self._c == 1 and plain and type(record) is dict and self._route != "deciding":
+                v = record.get(field)  # the hot path: a plain number in range, as _inner
+                if (type(v) is float or type(v) is int) and -hi <= v <= hi:
+                    rec = {"value": float(v)}
+                    ts = record.get("ts")
+                    if ts is not None:
+                        rec["ts"] = ts
+                    run.append((record, rec))
+                    continue
             if self._route == "deciding":
                 self._flush(run, out)
                 run = []
