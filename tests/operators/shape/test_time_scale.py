@@ -5,8 +5,10 @@ period, no period -> the short scale ``NO_PERIOD`` (not the longest one), the ru
 the previous rule (the first ACF peak, periodogram fallback) left ``shape`` silent."""
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
-from scipy import signal
 
 from shiftwatch.operators.period import (
     NO_PERIOD,
@@ -19,38 +21,17 @@ from shiftwatch.operators.shape.detector import ShapeDetector
 from shiftwatch.operators.state_codec import dumps_state, loads_state
 
 
-def ar1(n, c, rho, seed):
-    rng = np.random.default_rng(seed)
-    x = signal.lfilter([1], [1, -rho], rng.normal(size=(n, c)), axis=0)
-    return x[:, 0] if c == 1 else x
+def _synthetic():
+    """The seeded generators of ``benchmarks/time_scale_synthetic.py`` (one copy)."""
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "time_scale_synthetic.py"
+    spec = importlib.util.spec_from_file_location("time_scale_synthetic", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def bee_dance_like(seed, n=1100, lo=60, hi=120, c=3, rho=0.95):
-    """AR(1) rho 0.95 in 3 channels; every ``lo``-``hi`` records the level, the scale or the
-    AR coefficient of all channels changes (the bee dance: 3 channels, 600-1,100 records, red
-    noise, no period)."""
-    rng = np.random.default_rng(seed)
-    cps, t = [], 0
-    while True:
-        t += int(rng.integers(lo, hi + 1))
-        if t >= n - lo:
-            break
-        cps.append(t)
-    y, prev = np.zeros((n, c)), np.zeros(c)
-    lev, sd, ar = np.zeros(c), np.ones(c), np.full(c, rho)
-    for a, b in zip([0, *cps], [*cps, n], strict=True):
-        kind = rng.integers(3)
-        if a > 0:
-            if kind == 0:
-                lev = rng.normal(0, 3, size=c)
-            elif kind == 1:
-                sd = np.exp(rng.normal(0, 0.8, size=c))
-            else:
-                ar = rng.choice([rho, 0.5, 0.0], size=c)
-        for i in range(a, b):
-            prev = ar * prev + sd * rng.normal(size=c)
-            y[i] = lev + prev
-    return y, cps
+_SYN = _synthetic()
+ar1, bee_dance_like = _SYN.ar1, _SYN.bee_dance_like
 
 
 def test_dominant_frequency_on_sines():
