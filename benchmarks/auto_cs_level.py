@@ -88,10 +88,28 @@ def patch() -> None:
     AutoDetect._cs_patched = True
 
 
+def point(candidates: list, name, params=None) -> None:
+    """Point ``auto_level``'s helpers and :func:`arithmetic` at a script's candidates, their
+    labels (``name``) and, if given, ``auto``'s parameters for each (``params``)."""
+    auto_level.CANDIDATES = candidates
+    auto_level.label = name
+    if params is not None:
+        auto_level.auto_params = params
+    globals().update(CANDIDATES=candidates, label=name)
+
+
 def use_candidates() -> None:
     """Point ``auto_level``'s helpers at this script's candidates and labels."""
-    auto_level.CANDIDATES = CANDIDATES
-    auto_level.label = label
+    point(CANDIDATES, label)
+
+
+def report(results: dict, sets: list[str]) -> None:
+    """Print the tables, the level-route series, the harness check and the rule's arithmetic."""
+    print(auto_level.tables(results, sets))
+    print(auto_level.level_series(results, sets))
+    print(auto_level.check(results, sets).replace("candidate None", "candidate (a)"))
+    print()
+    print(arithmetic(results, sets))
 
 
 def run_one(job):
@@ -140,12 +158,7 @@ def main(argv=None) -> int:
     got = auto_level.run(argv, "benchmarks/auto_cs_level.py", run_one)
     if got == 2:
         return 2
-    results, sets = got
-    print(auto_level.tables(results, sets))
-    print(auto_level.level_series(results, sets))
-    print(auto_level.check(results, sets).replace("candidate None", "candidate (a)"))
-    print()
-    print(arithmetic(results, sets))
+    report(*got)
     return 0
 
 

@@ -38,11 +38,7 @@ def auto_params(params: dict | None) -> dict:
 
 
 def use_candidates() -> None:
-    auto_level.CANDIDATES = CANDIDATES
-    auto_level.label = label
-    auto_level.auto_params = auto_params
-    auto_cs_level.CANDIDATES = CANDIDATES
-    auto_cs_level.label = label
+    auto_cs_level.point(CANDIDATES, label, auto_params)
 
 
 def run_one(job):
@@ -110,12 +106,7 @@ def main(argv=None) -> int:
     got = auto_level.run(argv, "benchmarks/auto_handover.py", run_one)
     if got == 2:
         return 2
-    results, sets = got
-    print(auto_level.tables(results, sets))
-    print(auto_level.level_series(results, sets))
-    print(auto_level.check(results, sets).replace("candidate None", "candidate (a)"))
-    print()
-    print(auto_cs_level.arithmetic(results, sets))
+    auto_cs_level.report(*got)
     print("#### Synthetic streams (reported beside the rule, not part of it)\n")
     print(synthetic())
     return 0

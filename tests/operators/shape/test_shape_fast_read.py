@@ -3,46 +3,31 @@ outputs and dead letters as the record-at-a-time path, whatever the values' type
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from shiftwatch.operators import create
-from shiftwatch.records import MAX_ABS
+
+
+def _mixed():
+    path = Path(__file__).resolve().parents[1] / "mixed_values.py"
+    spec = importlib.util.spec_from_file_location("mixed_values", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+MIXED = _mixed()
 
 
 def _stream(seed: int, n: int = 900) -> list:
     rng = np.random.default_rng(seed)
     t = np.arange(n)
     y = np.where(t < n // 2, np.sin(2 * np.pi * t / 10), np.sin(2 * np.pi * t / 17))
-    y = y + 0.1 * rng.normal(size=n)
-    recs: list = []
-    for i, v in enumerate(y):
-        kind = rng.integers(12)
-        value: object = float(v)
-        if kind == 0:
-            value = int(round(v * 3))
-        elif kind == 1:
-            value = np.float64(v)
-        elif kind == 2 and i % 5 == 0:
-            bad = ["x", float("nan"), float("inf"), True, None, 10 ** 400, MAX_ABS * 2,
-                   [1.0, 2.0], -MAX_ABS]
-            value = bad[int(rng.integers(len(bad)))]
-        elif kind == 3:
-            value = [float(v)]
-        rec = {"key": "k", "ts": float(i) if kind != 4 else i, "value": value}
-        if kind == 5:
-            rec.pop("ts")
-        recs.append(rec)
-    return recs
-
-
-def _same(a, b) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        if isinstance(x, dict):
-            assert x == y
-        else:
-            assert type(x) is type(y) and (x.reason, x.raw, x.origin) == (y.reason, y.raw, y.origin)
+    return MIXED.mixed_records(y + 0.1 * rng.normal(size=n), rng)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -55,7 +40,7 @@ def test_batches_equal_the_record_path_whatever_the_value_types(seed, batch):
         slow += _process(one, r)
     op = create("shape", period=10)
     fast = [o for k in range(0, len(recs), batch) for o in op.process_batch(recs[k:k + batch])]
-    _same(fast, slow)
+    MIXED.same_outputs(fast, slow)
     assert any(not isinstance(o, dict) for o in fast)  # the stream has dead letters
     assert any(o.get("alarm") for o in fast if isinstance(o, dict))
 
