@@ -570,7 +570,7 @@ def calibrate(records: Iterable[Any], operator: str, params: Mapping | None = No
     if sens is None:
         raise ValueError(f"operator {operator!r} declares no sensitivity parameter; "
                          "calibrate works with detectors such as river:ADWIN, "
-                         "river:PageHinkley, river:KSWIN, cs, karcher")
+                         "river:PageHinkley, river:KSWIN, cs, karcher, shape, auto")
     if sens.param in params:
         raise ValueError(f"--param {sens.param} is what calibrate chooses for {operator}; "
                          "leave it out")

@@ -35,6 +35,7 @@ import numpy as np
 from shiftwatch.operators.contract import Operator
 from shiftwatch.operators.period import checkpoints, time_scale_rule
 from shiftwatch.operators.registry import create, register
+from shiftwatch.operators.sensitivity import Sensitivity
 from shiftwatch.records import BadInput, as_array, get_field, numeric_ts
 
 __all__ = ["AutoDetect", "CLEAR_RULES"]
@@ -47,6 +48,8 @@ _CARRY = ("alarm", "statistic", "threshold", "change_at", "change_ts", "changes_
           "coordinates")
 _ROUTES = ("deciding", "shape", "level")
 _MULTI = ("period", "level")
+#: The routes' own defaults that ``strictness`` scales, read once from the operators.
+_DEFAULTS: dict[tuple[str, str], Any] = {}
 #: The level route's detectors (``level=``; see the class docstring).
 LEVELS = ("adwin", "handover", "relay")
 
@@ -99,6 +102,13 @@ class AutoDetect(Operator):
         (``benchmarks/results/auto.md``, "The level route: ADWIN first, ``cs`` once it can
         judge"; ``benchmarks/auto_handover.py``). For long, autocorrelated level signals the
         relay is the better route.
+    strictness
+        One knob for both routes, the one ``shiftwatch calibrate`` searches (larger: fewer
+        alarms; 1, the default, leaves every route at its own default): ``shape``'s threshold
+        is multiplied by it and ADWIN's ``delta`` (``cs``'s ``alpha`` on the relay) raised to
+        its power. Both are thresholds on a squared scale (``shape``'s ``Z`` is a squared
+        distance over its standard error; ADWIN's cut ``eps^2`` and ``cs``'s radius grow with
+        ``log(1 / delta)``), so one factor moves both alike.
 
     Examples
     --------
@@ -120,13 +130,16 @@ class AutoDetect(Operator):
     """
 
     input_kind = "number or vector (channels)"
+    #: one knob for both routes (``shiftwatch calibrate``); see ``strictness``
+    sensitivity = Sensitivity("strictness", more_alarms="smaller", low=0.1, high=10.0)
 
     def __init__(self, field: str = "value", multichannel: str = "level",
                  shape_params: Mapping | None = None, level_params: Mapping | None = None,
-                 level: str = "adwin"):
+                 level: str = "adwin", strictness: float = 1.0):
         self.field = field
         self.multichannel = multichannel
         self.level = level
+        self.strictness = strictness
         self.shape_params = shape_params
         self.level_params = level_params
         self._validate_params()
@@ -139,6 +152,14 @@ class AutoDetect(Operator):
             raise ValueError(f"multichannel must be one of {_MULTI}, got {self.multichannel!r}")
         if self.level not in LEVELS:
             raise ValueError(f"level must be one of {LEVELS}, got {self.level!r}")
+        k = self.strictness
+        if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)) \
+                or not (np.isfinite(k) and k > 0):
+            raise ValueError(f"strictness must be a positive number, got {k!r}")
+        if k != 1 and self._base("shape", "threshold") == "null":
+            raise ValueError("strictness needs a numeric shape threshold (shape_params has "
+                             "threshold='null'); set the rate false_alarms_per_100_periods "
+                             "instead")
         for name in ("shape_params", "level_params"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, Mapping):
@@ -148,17 +169,37 @@ class AutoDetect(Operator):
         self._new_shape()
         self._new_level()
 
+    def _base(self, name: str, param: str) -> Any:
+        """The value of ``param`` the route ``name`` gets before ``strictness``: the user's
+        (``shape_params``/``level_params``) or the operator's default."""
+        given = {"shape": self.shape_params, "river:ADWIN": self.level_params}.get(name)
+        if given and param in given:
+            return given[param]
+        if (name, param) not in _DEFAULTS:
+            _DEFAULTS[(name, param)] = create(name).all_params()[param]
+        return _DEFAULTS[(name, param)]
+
     def _new_shape(self) -> Operator:
-        return create("shape", **dict(self.shape_params or {}))
+        params = dict(self.shape_params or {})
+        if self.strictness != 1:  # a threshold on Z, a squared distance: times strictness
+            params["threshold"] = float(self._base("shape", "threshold")) * self.strictness
+        return create("shape", **params)
 
     def _new_level(self) -> list[Operator]:
         return [create("standardize"), self._new_adwin()]
 
     def _new_adwin(self) -> Operator:
-        return create("river:ADWIN", **dict(self.level_params or {}))
+        params = dict(self.level_params or {})
+        if self.strictness != 1:  # ADWIN's cut: eps^2 grows with log(1 / delta)
+            params["delta"] = float(self._base("river:ADWIN", "delta")) ** self.strictness
+        return create("river:ADWIN", **params)
 
     def _new_cs(self) -> Operator | None:
-        return None if self.level == "adwin" else create("cs")
+        if self.level == "adwin":
+            return None
+        if self.strictness == 1:
+            return create("cs")
+        return create("cs", alpha=float(self._base("cs", "alpha")) ** self.strictness)
 
     def _own_warm_up(self) -> int | None:
         """The smaller of the two routes' warm-ups (the level detector runs from the first

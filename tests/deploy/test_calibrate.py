@@ -62,6 +62,8 @@ def fresh_false_alarms(operator: str, params: dict, law: str, streams: int, leng
     ("river:HDDMA", "drift_confidence", "larger"),
     ("cs", "alpha", "larger"),
     ("karcher", "threshold", "smaller"),
+    ("shape", "threshold", "smaller"),
+    ("auto", "strictness", "smaller"),
 ])
 def test_detectors_declare_their_sensitivity(name, param, direction):
     sens = sensitivity_of(name)
@@ -138,7 +140,8 @@ BUDGET = 1 / 500
 
 
 @pytest.mark.parametrize("law", ["iid", "ar1"])
-@pytest.mark.parametrize("operator", ["river:PageHinkley", "river:ADWIN", "cs", "cs-marginal"])
+@pytest.mark.parametrize("operator", ["river:PageHinkley", "river:ADWIN", "cs", "cs-marginal",
+                                      "auto"])
 def test_calibrated_detector_keeps_the_budget_on_fresh_streams(operator, law,
                                                                record_property):
     # "cs-marginal": cs with the scale of its first 30 values (scale="marginal"), whose own

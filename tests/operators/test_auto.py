@@ -198,3 +198,44 @@ def test_cs_level_routes_restore_anywhere(level, cut):
 def test_the_level_route_is_checked():
     with pytest.raises(ValueError, match="level must be one of"):
         create("auto", level="cs")
+
+
+def test_strictness_scales_both_routes_and_one_leaves_the_defaults():
+    op = create("auto", strictness=2.0, level="relay")
+    assert op._new_shape().all_params()["threshold"] == 12.0
+    assert op._new_adwin().all_params()["delta"] == pytest.approx(0.002 ** 2)
+    assert op._new_cs().all_params()["alpha"] == pytest.approx(0.001 ** 2)
+    own = create("auto", strictness=0.5, shape_params={"threshold": 4.0},
+                 level_params={"delta": 0.01})
+    assert own._new_shape().all_params()["threshold"] == 2.0
+    assert own._new_adwin().all_params()["delta"] == pytest.approx(0.1)
+    recs = records(period_change(2400, 1200, seed=5))
+    assert create("auto", strictness=1.0).process_batch(recs) == \
+        create("auto").process_batch(recs)
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+def test_more_strictness_fewer_alarms_on_both_routes(periodic):
+    rng = np.random.default_rng(9)
+    if periodic:
+        t = np.arange(6000)
+        y = np.sin(2 * np.pi * t / 12) + 0.6 * rng.normal(size=6000)
+    else:
+        y = np.zeros(6000)
+        for i in range(1, 6000):
+            y[i] = 0.9 * y[i - 1] + rng.normal()
+    counts = []
+    for k in (0.3, 1.0, 3.0):
+        outs = create("auto", strictness=k).process_batch(records(y))
+        assert {o["route"] for o in outs[500:]} == {"shape" if periodic else "level"}
+        counts.append(sum(o["alarm"] for o in outs))
+    assert counts[0] >= counts[1] >= counts[2] and counts[0] > counts[2], counts
+
+
+def test_strictness_is_checked():
+    for bad in (0, -1.0, float("nan"), "2", True):
+        with pytest.raises(ValueError, match="strictness must be a positive number"):
+            create("auto", strictness=bad)
+    with pytest.raises(ValueError, match="numeric shape threshold"):
+        create("auto", strictness=2.0, shape_params={"threshold": "null"})
+    create("auto", shape_params={"threshold": "null"})  # strictness 1: fine
