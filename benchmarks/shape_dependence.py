@@ -34,9 +34,10 @@ SETS = ("tssb-dev", "mocap6")
 KEYS = ("F1@5", "F1@1%", "covering", "alarms/series", "false/series", "missed/series")
 
 
-def run_arm(job: tuple[str, str, list[dict]]) -> tuple[str, str, list[dict]]:
-    dep, ds, series = job
-    chain = [("shape", {"dependence": dep})]
+def run_arm(job: tuple[str, dict, str, list[dict]]) -> tuple[str, str, list[dict]]:
+    """One arm (a label and ``shape``'s parameters) on one data set: per-series score rows."""
+    label, params, ds, series = job
+    chain = [("shape", dict(params))]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for s in series:
@@ -45,7 +46,39 @@ def run_arm(job: tuple[str, str, list[dict]]) -> tuple[str, str, list[dict]]:
             row = realdata.score(pts, s["annotations"], s["n"])
             row["name"] = s["name"]
             rows.append(row)
-    return dep, ds, rows
+    return label, ds, rows
+
+
+def compare(arms: dict[str, dict], data: dict, column: str = "dependence") -> None:
+    """Score every arm on every set of ``data`` (two worker processes) and print, per set,
+    the means and the series whose scores differ between the first two arms."""
+    res: dict = {}
+    jobs = [(a, p, ds, data[ds]) for a, p in arms.items() for ds in data]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        for label, ds, rows in pool.map(run_arm, jobs):
+            res[(label, ds)] = rows
+    first, second = list(arms)[:2]
+    for ds in data:
+        print(f"#### {ds} ({len(data[ds])} series)\n")
+        print(f"| {column} | " + " | ".join(KEYS) + " |")
+        print("| --- |" + " ---: |" * len(KEYS))
+        for label in arms:
+            rows = res[(label, ds)]
+            m = realdata.means({"series": rows})
+            m["false/series"] = float(np.mean([r["n_false"] for r in rows]))
+            m["missed/series"] = float(np.mean([r["n_missed"] for r in rows]))
+            print(f"| {label} | " + " | ".join(f"{m[k]:.3f}" if "/" not in k else f"{m[k]:.2f}"
+                                                 for k in KEYS) + " |")
+        print("\nSeries whose scores differ (alarms / false / missed / F1@1% / covering):\n")
+        print(f"| series | {first} | {second} |\n| --- | --- | --- |")
+        for a, b in zip(res[(first, ds)], res[(second, ds)], strict=True):
+            fa = (a["alarms"], a["n_false"], a["n_missed"], a["f1_1pct"], a["covering"])
+            fb = (b["alarms"], b["n_false"], b["n_missed"], b["f1_1pct"], b["covering"])
+            if fa != fb:
+                print(f"| {a['name']} | " + " | ".join(
+                    f"{x[0]} / {x[1]} / {x[2]} / {x[3]:.3f} / {x[4]:.3f}" for x in (fa, fb))
+                      + " |")
+        print()
 
 
 def null_rates(runs: int, seed: int = 20261204) -> list[str]:
@@ -93,34 +126,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.time()
     data = realdata.load(Path(args.data), list(SETS))
-    res: dict = {}
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        for dep, ds, rows in pool.map(run_arm, [(d, ds, data[ds]) for d in ARMS for ds in SETS]):
-            res[(dep, ds)] = rows
     print("`python benchmarks/shape_dependence.py"
           + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
           + f"` ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)\n")
-    for ds in SETS:
-        print(f"#### {ds} ({len(data[ds])} series)\n")
-        print("| dependence | " + " | ".join(KEYS) + " |")
-        print("| --- |" + " ---: |" * len(KEYS))
-        for dep in ARMS:
-            rows = res[(dep, ds)]
-            m = realdata.means({"series": rows})
-            m["false/series"] = float(np.mean([r["n_false"] for r in rows]))
-            m["missed/series"] = float(np.mean([r["n_missed"] for r in rows]))
-            print(f"| {dep} | " + " | ".join(f"{m[k]:.3f}" if "/" not in k else f"{m[k]:.2f}"
-                                               for k in KEYS) + " |")
-        print("\nSeries whose scores differ (alarms / false / missed / F1@1% / covering):\n")
-        print("| series | none | lag1 |\n| --- | --- | --- |")
-        for a, b in zip(res[("none", ds)], res[("lag1", ds)], strict=True):
-            fa = (a["alarms"], a["n_false"], a["n_missed"], a["f1_1pct"], a["covering"])
-            fb = (b["alarms"], b["n_false"], b["n_missed"], b["f1_1pct"], b["covering"])
-            if fa != fb:
-                print(f"| {a['name']} | " + " | ".join(
-                    f"{x[0]} / {x[1]} / {x[2]} / {x[3]:.3f} / {x[4]:.3f}" for x in (fa, fb))
-                      + " |")
-        print()
+    compare({d: {"dependence": d} for d in ARMS}, data)
     print(f"({time.time() - t0:.0f} s for the real series)\n")
     print("#### Seeded stationary families (not part of the rule)\n")
     print("\n".join(null_rates(args.runs)))

@@ -26,7 +26,8 @@ import numpy as np
 from shiftwatch._jit import njit
 
 # indices into ist / fst
-POS, BCOUNT, NF, FBLOCK0, T0, CUR_SPLIT, NBLOCKS = range(7)
+POS, BCOUNT, NF, FBLOCK0, T0, CUR_SPLIT, NBLOCKS, ASYM = range(8)
+N_IST = 8
 CUR_Z, LAST_Z, CUR_H, LAST_H = range(4)
 N_FST = 4
 
@@ -151,6 +152,21 @@ def zscan(feats, nf, m, min_spread=0.01, dep=0):
 
 
 @njit(cache=True)
+def _skew_feature(a23, d, cnt, out):
+    """The block's skewness of lag increments per channel and lag into ``out``; the sums
+    reset. A lag without spread gives 0."""
+    col = 0
+    for ch in range(a23.shape[1]):
+        for j in range(1, d):
+            m2 = a23[0, ch, j] / cnt
+            m3 = a23[1, ch, j] / cnt
+            out[col] = m3 / m2 ** 1.5 if m2 > 1e-300 else 0.0
+            col += 1
+            a23[0, ch, j] = 0.0
+            a23[1, ch, j] = 0.0
+
+
+@njit(cache=True)
 def lag1_within(feats, N, k):
     """Lag-1 autocorrelation of the first ``N`` rows split at ``k``: deviations from each
     side's own mean, products of consecutive rows on the same side, pooled over coordinates
@@ -262,7 +278,7 @@ def refine_split(ring, R, lo, hi, d, tau, joint, G, g, shrink, m):
 @njit(cache=True)
 def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, hcurve, shrink,
               gauss, refine, min_spread, ref_half, ref_min, alarm_out, change_out, stat_out,
-              thr_out, dep=0):
+              thr_out, dep, a23, feats2):
     """Advance the detector over the rows of ``xs`` (T, c), already standardised.
 
     ``hcurve[N]`` is the threshold of a scan over ``N`` blocks (``len(hcurve) > maxb``).
@@ -270,10 +286,14 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
     alarm, the Z of the crossing it reports: above its threshold even when later scans fell
     back) and the threshold that Z was compared with (``thr_out``).
     ``ref_half`` / ``ref_min``: reach of the record-level refinement around the chosen block
-    boundary and the least side, in blocks."""
+    boundary and the least side, in blocks. ``dep``: see :func:`zscan`. ``a23`` (2, c, d):
+    the block's sums of squared and cubed lag increments per channel and lag, ``feats2``
+    (maxb, c (d - 1)): the blocks' increment skewness (the time-asymmetry scan; no columns:
+    off)."""
     R = ring.shape[0]
     G, g = s1.shape
     maxb = feats.shape[0]
+    asym = feats2.shape[1] > 0
     off = (d - 1) * tau  # first position with a full embedding: the block grid origin
     e = np.empty(g)
     for t in range(xs.shape[0]):
@@ -283,6 +303,13 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
         alarm_out[t] = 0
         change_out[t] = -1
         if p >= off:
+            if asym:
+                for ch in range(xs.shape[1]):
+                    y0 = ring[p % R, ch]
+                    for j in range(1, d):
+                        inc = y0 - ring[(p - j * tau) % R, ch]
+                        a23[0, ch, j] += inc * inc
+                        a23[1, ch, j] += inc * inc * inc
             for grp in range(G):
                 _embedded(ring, R, p, d, tau, joint, grp, e)
                 for i in range(g):
@@ -299,9 +326,13 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                 if ist[NF] == maxb:  # window full: forget the oldest block
                     for r in range(maxb - 1):
                         feats[r, :] = feats[r + 1, :]
+                        if asym:
+                            feats2[r, :] = feats2[r + 1, :]
                     ist[NF] -= 1
                     ist[FBLOCK0] += 1
                 block_feature(s1, s2, float(B), shrink, gauss, feats[ist[NF]])
+                if asym:
+                    _skew_feature(a23, d, float(B), feats2[ist[NF]])
                 ist[NF] += 1
                 ist[NBLOCKS] += 1
                 s1[:] = 0.0
@@ -309,6 +340,14 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                 ist[BCOUNT] = 0
                 if ist[NF] >= 2 * m:
                     k, z = zscan(feats, ist[NF], m, min_spread, dep)
+                    if asym:  # the time-asymmetry scan: the larger Z decides, unrefined
+                        k2, z2 = zscan(feats2, ist[NF], m, min_spread, 0)
+                        if z2 > z:
+                            k, z = k2, z2
+                            if z > hcurve[ist[NF]]:
+                                ist[ASYM] = 1
+                        elif z > hcurve[ist[NF]]:
+                            ist[ASYM] = 0
                     h = hcurve[ist[NF]]
                     fst[LAST_Z] = z
                     fst[LAST_H] = h
@@ -321,7 +360,7 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                     if ist[T0] >= 0 and ist[NBLOCKS] - ist[T0] >= confirm:
                         split = ist[CUR_SPLIT]
                         at = off + split * B
-                        if refine:
+                        if refine and not (asym and ist[ASYM]):
                             r = int(ref_half * B)
                             lo = max(off, at - r)
                             hi = min(p + 1, at + r)
@@ -342,6 +381,8 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                         keep = ist[NF] - drop
                         for r in range(keep):
                             feats[r, :] = feats[r + drop, :]
+                            if asym:
+                                feats2[r, :] = feats2[r + drop, :]
                         ist[NF] = keep
                         ist[FBLOCK0] = first
                         ist[T0] = -1

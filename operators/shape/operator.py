@@ -191,6 +191,7 @@ class ShapeOperator(Operator):
     def _unit_test_params(cls) -> Iterator[dict]:
         yield {}
         yield {"period": 8, "threshold": 4.0}
+        yield {"asymmetry": True, "threshold": 6.5}
 
     @classmethod
     def _test_stream(cls, params: dict, n: int = 600, seed: int = 0) -> list[dict]:
