@@ -73,12 +73,12 @@ def _run_segment(op: ShapeOperator, rows: np.ndarray, xs: np.ndarray, ts: np.nda
     t = np.full(xs.shape[0], np.nan) if ts is None else ts[rows]
     a, change, st, th, extra, change_ts = op._step(xs[:, None], t)
     stat[rows] = st
-    fixed = None if op.threshold == "null" else float(op.threshold)
-    thr[rows] = th if fixed is None else fixed  # (NaN before the first scan: None)
+    th = op._reported(th)
+    thr[rows] = th  # (NaN: None)
     for h in np.flatnonzero(a).tolist():
         i = int(rows[h])
         alarm[i] = True
-        h_thr = fixed if fixed is not None or not np.isfinite(th[h]) else float(th[h])
+        h_thr = None if th[h] != th[h] else float(th[h])
         o = op._output(record(i), alarm=True, statistic=float(st[h]), threshold=h_thr)
         o["change_at"] = int(change[h])
         if np.isfinite(change_ts[h]):

@@ -96,6 +96,11 @@ __all__ = ["ShapeDetector"]
 #: likelihood-ratio split wander on tssb-dev (F1@1% 0.74 -> 0.61-0.71).
 REFINE_HALF_WIDTH, REFINE_MIN_SIDE = 1.0, 0.5
 
+#: With ``asymmetry`` (where a second scan runs) both scans compare ``Z`` with the threshold
+#: times this: 6 -> 6.5, the union's threshold for the covariance scan's false alarms at 6 on
+#: the synthetic null (``benchmarks/shape_asymmetry.py threshold``).
+ASYMMETRY_FACTOR = 13.0 / 12.0
+
 _CHANNELS = ("joint", "separate")
 _FEATURES = ("cov", "gauss")
 _DEPENDENCE = ("none", "lag1")
@@ -169,12 +174,14 @@ class ShapeDetector(RiverDriftDetector):
         Also scan the blocks' time asymmetry: per channel and embedding lag, the skewness of
         the lag increments (the covariance of a delay embedding is the same for a waveform and
         its time reversal, so the covariance scan cannot see such a change); an alarm when
-        either scan crosses the threshold, at the larger ``Z``'s split (not refined). No
-        embedding, no second scan. Not the default: with ``threshold=6.5`` (the union's
-        false alarms on the synthetic null at most the covariance scan's at 6) it raised
-        tssb-dev's covering 0.732 -> 0.746 but lowered its F1@1% 0.725 -> 0.679 (unrefined
-        locations; a change-free daily cycle alarms); ``benchmarks/results/shape.md``, "Time
-        asymmetry beside the covariance".
+        either scan crosses ``threshold x ASYMMETRY_FACTOR`` (13/12: 6 -> 6.5, the same
+        false-alarm rate on the synthetic null as the covariance scan alone at 6), at the
+        larger ``Z``'s split, refined to the record by the split of the increments' skewness
+        (:func:`~shiftwatch.operators.shape.kernels.refine_skew`). No embedding, no second
+        scan and ``threshold`` as given. Not the default: on tssb-dev it raised covering
+        0.732 -> 0.750 but not F1@1% (0.725 -> 0.724; a change-free daily cycle alarms, and
+        a split a block off is out of the refinement's reach); ``benchmarks/results/
+        shape.md``, "Time asymmetry beside the covariance".
 
     Examples
     --------
@@ -449,7 +456,8 @@ class ShapeDetector(RiverDriftDetector):
                     self.threshold_curve(), float(self.shrinkage),
                     1 if self.feature == "gauss" else 0, self.refine, float(self.min_spread),
                     REFINE_HALF_WIDTH, REFINE_MIN_SIDE, alarm, change, stat, thr,
-                    1 if self.dependence == "lag1" else 0, self._a23, self._feats2)
+                    1 if self.dependence == "lag1" else 0, self._a23, self._feats2,
+                    ASYMMETRY_FACTOR if self._feats2.shape[1] else 1.0)
         return alarm, change, stat, thr
 
     # ---- updates ------------------------------------------------------------------------

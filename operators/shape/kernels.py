@@ -276,9 +276,49 @@ def refine_split(ring, R, lo, hi, d, tau, joint, G, g, shrink, m):
 
 
 @njit(cache=True)
+def refine_skew(ring, R, lo, hi, d, tau, m):
+    """The split of positions [lo, hi) where the skewness of the lag increments (per channel
+    and lag ``j tau``, ``j = 1 .. d-1``) differs most between the two sides:
+    ``nL nR / n * sum (skew_L - skew_R)^2``; each side >= max(2, m). -1 if too short."""
+    n = hi - lo
+    m = max(2, m)
+    if n < 2 * m:
+        return -1
+    c = ring.shape[1]
+    L = d - 1
+    c2 = np.zeros((n + 1, c, L))
+    c3 = np.zeros((n + 1, c, L))
+    for u in range(n):
+        p = lo + u
+        for ch in range(c):
+            for j in range(1, d):
+                inc = ring[p % R, ch] - ring[(p - j * tau) % R, ch]
+                c2[u + 1, ch, j - 1] = c2[u, ch, j - 1] + inc * inc
+                c3[u + 1, ch, j - 1] = c3[u, ch, j - 1] + inc * inc * inc
+    best = -1.0
+    bk = -1
+    for k in range(m, n - m + 1):
+        nl = float(k)
+        nr = float(n - k)
+        v = 0.0
+        for ch in range(c):
+            for j in range(L):
+                l2 = c2[k, ch, j] / nl
+                r2 = (c2[n, ch, j] - c2[k, ch, j]) / nr
+                sl = (c3[k, ch, j] / nl) / l2 ** 1.5 if l2 > 1e-300 else 0.0
+                sr = ((c3[n, ch, j] - c3[k, ch, j]) / nr) / r2 ** 1.5 if r2 > 1e-300 else 0.0
+                v += (sl - sr) * (sl - sr)
+        v *= nl * nr / n
+        if v > best:
+            best = v
+            bk = k
+    return lo + bk
+
+
+@njit(cache=True)
 def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, hcurve, shrink,
               gauss, refine, min_spread, ref_half, ref_min, alarm_out, change_out, stat_out,
-              thr_out, dep, a23, feats2):
+              thr_out, dep, a23, feats2, asym_factor):
     """Advance the detector over the rows of ``xs`` (T, c), already standardised.
 
     ``hcurve[N]`` is the threshold of a scan over ``N`` blocks (``len(hcurve) > maxb``).
@@ -289,7 +329,8 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
     boundary and the least side, in blocks. ``dep``: see :func:`zscan`. ``a23`` (2, c, d):
     the block's sums of squared and cubed lag increments per channel and lag, ``feats2``
     (maxb, c (d - 1)): the blocks' increment skewness (the time-asymmetry scan; no columns:
-    off)."""
+    off), whose alarms are refined by :func:`refine_skew`; with it both scans compare with
+    ``hcurve[N] * asym_factor``."""
     R = ring.shape[0]
     G, g = s1.shape
     maxb = feats.shape[0]
@@ -340,15 +381,16 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                 ist[BCOUNT] = 0
                 if ist[NF] >= 2 * m:
                     k, z = zscan(feats, ist[NF], m, min_spread, dep)
-                    if asym:  # the time-asymmetry scan: the larger Z decides, unrefined
+                    h = hcurve[ist[NF]]
+                    if asym:  # the time-asymmetry scan: the larger Z decides
+                        h = h * asym_factor
                         k2, z2 = zscan(feats2, ist[NF], m, min_spread, 0)
                         if z2 > z:
                             k, z = k2, z2
-                            if z > hcurve[ist[NF]]:
+                            if z > h:
                                 ist[ASYM] = 1
-                        elif z > hcurve[ist[NF]]:
+                        elif z > h:
                             ist[ASYM] = 0
-                    h = hcurve[ist[NF]]
                     fst[LAST_Z] = z
                     fst[LAST_H] = h
                     if z > h:
@@ -360,12 +402,15 @@ def shape_run(xs, ring, s1, s2, feats, ist, fst, d, tau, joint, B, m, confirm, h
                     if ist[T0] >= 0 and ist[NBLOCKS] - ist[T0] >= confirm:
                         split = ist[CUR_SPLIT]
                         at = off + split * B
-                        if refine and not (asym and ist[ASYM]):
+                        if refine:
                             r = int(ref_half * B)
                             lo = max(off, at - r)
                             hi = min(p + 1, at + r)
-                            s = refine_split(ring, R, lo, hi, d, tau, joint, G, g, shrink,
-                                             int(ref_min * B))
+                            if asym and ist[ASYM]:
+                                s = refine_skew(ring, R, lo, hi, d, tau, int(ref_min * B))
+                            else:
+                                s = refine_split(ring, R, lo, hi, d, tau, joint, G, g, shrink,
+                                                 int(ref_min * B))
                             if s >= 0:
                                 at = s
                         alarm_out[t] = 1

@@ -116,9 +116,9 @@ class ShapeOperator(Operator):
                 except OverflowError:
                     pass
         alarm, change, stat, thr, extra, change_ts = self._step(xs, t)
-        fixed = None if self.threshold == "null" else float(self.threshold)
+        thr = self._reported(thr)
         for i, (rec, _) in enumerate(run):
-            h = fixed if fixed is not None or not np.isfinite(thr[i]) else float(thr[i])
+            h = None if thr[i] != thr[i] else float(thr[i])
             o = self._output(rec, alarm=bool(alarm[i]), statistic=float(stat[i]), threshold=h)
             if alarm[i]:
                 o["change_at"] = int(change[i])
@@ -127,6 +127,17 @@ class ShapeOperator(Operator):
                 if extra[i]:
                     o["changes_at"] = list(extra[i])
             out.append(o)
+
+    def _reported(self, thr: np.ndarray) -> np.ndarray:
+        """The threshold each output reports (NaN: None): the fixed ``threshold``; the one
+        its scan used with ``"null"`` (NaN before the first scan) or with ``asymmetry``
+        (``threshold`` before the first scan)."""
+        if self.threshold == "null":
+            return thr
+        fixed = float(self.threshold)
+        if self.asymmetry:
+            return np.where(np.isfinite(thr), thr, fixed)
+        return np.full(len(thr), fixed)
 
     def _step(self, xs: np.ndarray, t: np.ndarray) -> tuple:
         """Values ``xs`` (T, c) with their ``ts`` ``t`` (NaN: none) through the detector:
@@ -191,7 +202,7 @@ class ShapeOperator(Operator):
     def _unit_test_params(cls) -> Iterator[dict]:
         yield {}
         yield {"period": 8, "threshold": 4.0}
-        yield {"asymmetry": True, "threshold": 6.5}
+        yield {"asymmetry": True}
 
     @classmethod
     def _test_stream(cls, params: dict, n: int = 600, seed: int = 0) -> list[dict]:

@@ -48,7 +48,8 @@ def periodic_csv(path, n=6000, keys=4, seed=0, bad=0.03, ts=True):
 
 @pytest.mark.parametrize("emit", ["all", "alarms"])
 @pytest.mark.parametrize("params", [[], ["--param", "period=10", "--param", "threshold=4.0"],
-                                    ["--param", 'threshold="null"']])
+                                    ["--param", 'threshold="null"'],
+                                    ["--param", "asymmetry=true"]])
 def test_same_files_as_the_record_path(monkeypatch, capsys, tmp_path, params, emit):
     path = periodic_csv(tmp_path / "s.csv", seed=1)
     got = _same(monkeypatch, capsys, tmp_path, path, ["--operator", "shape", *params] + KEYED,

@@ -25,12 +25,13 @@ def reversed_sawtooth(n: int = 3000, at: int = 1500, seed: int = 1) -> np.ndarra
 def test_the_covariance_cannot_see_a_time_reversal_and_the_asymmetry_scan_can():
     y = reversed_sawtooth()
     a0 = ShapeDetector().update_many(y)[0]
-    det = ShapeDetector(asymmetry=True, threshold=6.5)
+    det = ShapeDetector(asymmetry=True)
     a1, c1, _, _ = det.update_many(y)
     assert a0.sum() == 0
+    assert det.thresholds[-1] == pytest.approx(6.5)  # 6 x 13/12 where both scans run
     B = det.time_scale["block"]
-    # not refined: the split is a block boundary, and the block straddling the change may
-    # fall on either side
+    # the scan's block boundary may be a block off (the straddling block on either side),
+    # beyond the refinement's +-1 block reach
     assert any(abs(int(c1[i]) - 1500) <= 2 * B for i in np.flatnonzero(a1))
 
 
@@ -91,6 +92,29 @@ def test_no_embedding_no_second_scan():
     det = ShapeDetector(asymmetry=True)
     det.update_many(y)
     assert det.time_scale["d"] == 1 and det.state_dict()["feats2"].shape[1] == 0
+
+
+def test_refine_skew_finds_a_time_reversal_inside_its_reach():
+    from shiftwatch.operators.shape.kernels import refine_skew
+
+    y = reversed_sawtooth(n=400, at=230, seed=6)[:, None]
+    R = len(y)
+    for lo, hi in ((150, 310), (200, 260), (100, 400)):
+        s = refine_skew(y, R, lo, hi, 10, 2, 10)
+        assert abs(s - 230) <= 6, (lo, hi, s)
+    assert refine_skew(y, R, 200, 215, 10, 2, 10) == -1  # too short for two sides
+
+
+def test_the_reported_threshold_is_the_one_compared():
+    from shiftwatch.operators import create
+
+    y = reversed_sawtooth(seed=7)
+    outs = create("shape", asymmetry=True).process_batch(
+        [{"ts": i, "value": float(v)} for i, v in enumerate(y)])
+    assert outs[0]["threshold"] == 6.0 and outs[-1]["threshold"] == pytest.approx(6.5)
+    plain = create("shape").process_batch([{"ts": i, "value": float(v)}
+                                           for i, v in enumerate(y)])
+    assert {o["threshold"] for o in plain} == {6.0}
 
 
 def test_asymmetry_is_checked():
