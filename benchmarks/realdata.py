@@ -64,6 +64,8 @@ TCPD = ["Occupancy", "RunLog", "AirlinePassengers", "Bitcoin", "UKCoalEmploy"]
 ZERO = "zero (no alarm)"
 ADAPTIVE = "karcher chain (threshold=adaptive)"
 AUTO_PERIOD = "auto (multichannel=period)"
+AUTO_RELAY = "auto (level=relay)"
+SHAPE_ASYM = "shape (asymmetry=True)"
 
 
 def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
@@ -82,8 +84,10 @@ def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
         "karcher chain": chain(),
         ADAPTIVE: chain(threshold="adaptive"),
         "shape": [("shape", {})],
+        SHAPE_ASYM: [("shape", {"asymmetry": True})],
         "auto": [("auto", {})],
         AUTO_PERIOD: [("auto", {"multichannel": "period"})],
+        AUTO_RELAY: [("auto", {"level": "relay"})],
     }
 
 
@@ -548,8 +552,12 @@ def main(argv=None) -> int:
         "(threshold=adaptive)` with the default before it. `auto` runs with its defaults "
         "(`multichannel=\"level\"`: multichannel keys go to the level detector), `auto "
         "(multichannel=period)` with the variant the choice of that default rejected "
-        "(`benchmarks/results/auto.md`). `shape` runs with its default `threshold=6.0`; "
-        "`threshold=\"null\"` is in `benchmarks/results/shape.md`.",
+        "(`benchmarks/results/auto.md`), `auto (level=relay)` with the level route that "
+        "lets `cs` judge once its burn-in is over (an option; rejected as the default by its "
+        "declared rule, auto.md). `shape` runs with its default `threshold=6.0`; `shape "
+        "(asymmetry=True)` adds the time-asymmetry scan (an option; rejected as the default "
+        "by its declared rule, shape.md); `threshold=\"null\"` is in "
+        "`benchmarks/results/shape.md`.",
         "",
     ]
     if class_params:
