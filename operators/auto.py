@@ -284,8 +284,13 @@ class AutoDetect(Operator):
         return x
 
     @staticmethod
-    def _inner(record: Mapping, x: np.ndarray) -> dict:
-        rec = {"value": float(x[0]) if x.size == 1 else x.tolist()}
+    def _inner(record: Mapping, x: np.ndarray | float) -> dict:
+        """The record the routed detector gets: ``value`` (a float for one channel) and
+        ``ts``; ``x`` a read value, or a plain float from the batch path's hot path."""
+        if type(x) is float:
+            rec = {"value": x}
+        else:
+            rec = {"value": float(x[0]) if x.size == 1 else x.tolist()}
         ts = record.get("ts")
         if ts is not None:
             rec["ts"] = ts
@@ -394,13 +399,9 @@ class AutoDetect(Operator):
         plain = "." not in field
         for record in records:
             if self._c == 1 and plain and type(record) is dict and self._route != "deciding":
-                v = record.get(field)  # the hot path: a plain number in range, as _inner
+                v = record.get(field)  # the hot path: a plain number in range
                 if (type(v) is float or type(v) is int) and -hi <= v <= hi:
-                    rec = {"value": float(v)}
-                    ts = record.get("ts")
-                    if ts is not None:
-                        rec["ts"] = ts
-                    run.append((record, rec))
+                    run.append((record, self._inner(record, float(v))))
                     continue
             if self._route == "deciding":
                 self._flush(run, out)

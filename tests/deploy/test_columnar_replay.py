@@ -10,9 +10,11 @@ lines, duplicate and decreasing ts) are replayed twice, once with
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import random
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +32,18 @@ from shiftwatch.streams.files import CsvSource
 _BAD = ["abc", "", " ", "nan", "inf", "-inf", "1e400", "1e200", "1_000", ".5", "007", "5.",
         "1" * 120, " 2.5 ", "+3", '"4"', '"5', "1,2", "0x10", "NaN", "1e-400", "-0",
         "1e1234567890", "0.5e-05"]
+
+
+def _load_helpers():
+    """tests/streams' column-chunk helpers, loaded by path (whichever worker collects this)."""
+    path = Path(__file__).resolve().parents[1] / "streams" / "test_columnar_replay_helpers.py"
+    spec = importlib.util.spec_from_file_location("columnar_replay_helpers", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_HELPERS = _load_helpers()
 
 
 def messy_csv(path, n=2000, keys=7, seed=0, ts=True, key=True, crlf=False, bad=0.06,
@@ -247,17 +261,10 @@ def test_column_reader_gives_the_record_path_items(tmp_path, seed, chunk):
             ("rec", it.get("key"), it.get("ts"), it["value"]) for it in src]
     blank = src.blank_lines
     src = CsvSource(path, **opts)
-    got = []
-    for c in csv_columns(src, chunk):
-        dead = iter(c.dead)
-        d = next(dead, None)
-        for i in range(len(c) + 1):
-            while d is not None and d[0] == i:
-                got.append(("dead", d[1].to_record()))
-                d = next(dead, None)
-            if i < len(c):
-                got.append(("rec", c.keys[i], None if c.ts is None else float(c.ts[i]),
-                            float(c.values[i])))
+    chunks = list(csv_columns(src, chunk))
+    got = _HELPERS.chunk_items(chunks, lambda c, i: (
+        "rec", c.keys[i], None if c.ts is None else float(c.ts[i]), float(c.values[i])))
+    for c in chunks:
         assert np.all(np.diff(c.lines) > 0)
     assert got == want
     assert src.blank_lines == blank
