@@ -52,6 +52,7 @@ BUILTIN_OPERATORS: dict[str, str] = {
     "standardize": "shiftwatch.operators.transforms:Standardize",
     "embed": "shiftwatch.operators.embed:DelayEmbed",
     "shape": "shiftwatch.operators.shape.operator:ShapeOperator",
+    "class": "shiftwatch.operators.clasp.operator:ClassOperator",
     "auto": "shiftwatch.operators.auto:AutoDetect",
     "window_covariance": "shiftwatch.operators.riemannian.transforms:WindowCovariance",
     "window_subspace": "shiftwatch.operators.riemannian.transforms:WindowSubspace",
@@ -141,7 +142,7 @@ def resolve(name: str) -> Callable[..., Operator]:
         return _PREFIXES[prefix][0](rest)
     close = suggest(name)
     hint = (f"did you mean {' or '.join(close)}?" if close else
-            f"known operators include: {', '.join(registered_names()[:12])}")
+            f"known operators include: {', '.join(registered_names()[:16])}")
     raise ValueError(f"unknown operator {name!r}; {hint} (run `shiftwatch operators` for all)")
 
 

@@ -2,7 +2,7 @@
 
 Method, per key (Ermshaus, Schaefer & Leser 2024, on ClaSP, DMKD 2023):
 
-1. **Warm-up.** The first ``warm_up`` values are buffered; the subsequence width ``w`` is
+1. **Warm-up.** The first ``n_warmup`` values are buffered; the subsequence width ``w`` is
    chosen on them by SuSS (the smallest width whose rolling mean, standard deviation and
    range stay close to the whole warm-up's, doubled; for several channels the smallest
    channel's width, as claspy's multivariate ClaSP takes), then the buffer is replayed.
@@ -70,7 +70,7 @@ class ClassDetector(RiverDriftDetector):
     ----------
     window
         Values in the sliding window (claspy's ``n_timepoints``).
-    warm_up
+    n_warmup
         Values buffered before the width is chosen (claspy's ``n_warmup``); they are then
         processed like the rest, so a change inside them is still found.
     width
@@ -99,12 +99,12 @@ class ClassDetector(RiverDriftDetector):
     >>> rng = np.random.default_rng(1)
     >>> t = np.arange(3000)
     >>> x = np.where(t < 1500, np.sin(2 * np.pi * t / 40), np.sin(2 * np.pi * t / 25))
-    >>> det = ClassDetector(window=2000, warm_up=500)
+    >>> det = ClassDetector(window=2000, n_warmup=500)
     >>> for i, v in enumerate(x + 0.1 * rng.standard_normal(3000)):
     ...     det.update(v)
     ...     if det.drift_detected:
     ...         print(i, det.change_at)
-    1770 1505
+    1664 1485
 
     References
     ----------
@@ -114,12 +114,12 @@ class ClassDetector(RiverDriftDetector):
     Discovery 37, 1262-1300.
     """
 
-    def __init__(self, window: int = 10_000, warm_up: int = 1_000, width: int | str = "suss",
+    def __init__(self, window: int = 10_000, n_warmup: int = 1_000, width: int | str = "suss",
                  k_neighbours: int = 3, excl_radius: int = 5, jump: int = 5,
                  threshold: float = 1e-50, score: str = "f1", suss_lbound: int = 10,
                  suss_threshold: float = 0.89):
         self.window = window
-        self.warm_up = warm_up
+        self.n_warmup = n_warmup
         self.width = width
         self.k_neighbours = k_neighbours
         self.excl_radius = excl_radius
@@ -143,9 +143,9 @@ class ClassDetector(RiverDriftDetector):
         if not (_int(self.window) and 64 <= self.window <= MAX_WINDOW):
             raise ValueError(f"window must be an integer in [64, {MAX_WINDOW}], got "
                              f"{self.window!r}")
-        if not (_int(self.warm_up) and 16 <= self.warm_up <= self.window):
-            raise ValueError(f"warm_up must be an integer in [16, window], got "
-                             f"{self.warm_up!r}")
+        if not (_int(self.n_warmup) and 16 <= self.n_warmup <= self.window):
+            raise ValueError(f"n_warmup must be an integer in [16, window], got "
+                             f"{self.n_warmup!r}")
         if not (self.width == "suss" or (_int(self.width) and self.width >= 3)):
             raise ValueError(f"width must be 'suss' or an integer >= 3, got {self.width!r}")
         for name, lo in (("k_neighbours", 1), ("excl_radius", 1), ("jump", 1),
@@ -318,11 +318,11 @@ class ClassDetector(RiverDriftDetector):
         extra: list = [()] * T
         i = 0
         if self._w == 0 and T:
-            need = int(self.warm_up) - self._buf.shape[0]
+            need = int(self.n_warmup) - self._buf.shape[0]
             take = min(need, T)
             self._buf = np.concatenate([self._buf, xs[:take]])
             i = take
-            if self._buf.shape[0] == int(self.warm_up):
+            if self._buf.shape[0] == int(self.n_warmup):
                 w, self._width_rule = self._choose_width(self._buf)
                 self._allocate(w)
                 a, c = self._run(np.ascontiguousarray(self._buf))
