@@ -85,7 +85,9 @@ class ClassDetector(RiverDriftDetector):
         p-value of the significance test below which a split is a change (smaller: fewer
         alarms).
     score
-        ``"f1"`` (macro F1, the paper's) or ``"accuracy"`` (balanced accuracy).
+        ``"f1"`` (macro F1, the paper's) or ``"accuracy"`` (the share of subsequences whose
+        neighbours' majority is on their own side; claspy's streaming segmenter takes this
+        option but always scores F1).
     suss_lbound
         SuSS's smallest width before doubling (claspy's ``lbound``).
     suss_threshold
