@@ -1,0 +1,65 @@
+"""Choose ``class``'s warm-up by the rule declared in ``benchmarks/results/clasp.md``.
+
+    python benchmarks/clasp_defaults.py [--data ../shared/data]
+
+Runs ``class`` with each candidate ``n_warmup`` on tssb-dev (located changes, scored as
+``benchmarks/realdata.py`` scores them) and prints the table and the choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import realdata as rd  # noqa: E402
+
+CANDIDATES = (200, 500, 1000, 2000)
+
+
+def run(data: Path) -> list[dict]:
+    series = rd.load(data, ["tssb-dev"])[rd.SETS["tssb-dev"]]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n_warmup in CANDIDATES:
+            chain = [("class", {"n_warmup": n_warmup})]
+            per = []
+            t0 = time.perf_counter()
+            for s in series:
+                pts, _ = rd.located(rd._records(s["values"]), chain, s["annotations"],
+                                    Path(tmp) / f"w{n_warmup}" / s["name"])
+                per.append(rd.score(pts, s["annotations"], s["n"]))
+            m = rd.means({"series": per})
+            rows.append({"n_warmup": n_warmup, **m, "objective": (m["F1@1%"] + m["covering"]) / 2,
+                         "seconds": time.perf_counter() - t0, "series": per})
+            print(f"n_warmup={n_warmup:<5} F1@1% {m['F1@1%']:.3f} covering {m['covering']:.3f} "
+                  f"objective {rows[-1]['objective']:.4f} alarms/series "
+                  f"{m['alarms/series']:.2f}", flush=True)
+    return rows
+
+
+def choose(rows: list[dict]) -> int:
+    best = max(r["objective"] for r in rows)
+    return min(r["n_warmup"] for r in rows if r["objective"] >= best - 0.01)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=rd.ROOT.parent / "shared" / "data")
+    args = ap.parse_args(argv)
+    rows = run(args.data)
+    print("| n_warmup | F1@1% | covering | objective | alarms/series | seconds |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['n_warmup']} | {r['F1@1%']:.3f} | {r['covering']:.3f} | "
+              f"{r['objective']:.4f} | {r['alarms/series']:.2f} | {r['seconds']:.1f} |")
+    print(f"chosen: n_warmup={choose(rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
