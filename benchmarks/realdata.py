@@ -84,6 +84,7 @@ def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
         "karcher chain": chain(),
         ADAPTIVE: chain(threshold="adaptive"),
         "shape": [("shape", {})],
+        "class": [("class", {})],
         SHAPE_ASYM: [("shape", {"asymmetry": True})],
         "auto": [("auto", {})],
         AUTO_PERIOD: [("auto", {"multichannel": "period"})],
@@ -324,10 +325,13 @@ def table(results: dict) -> str:
                          f"{_mean(r['n_false'] for r in s):.2f} | "
                          f"{_mean(r['n_missed'] for r in s):.2f} | "
                          f"{f'{rate:,.0f}' if rate else '-'} |")
-        if "ClaSS" in res and res["ClaSS"].get("records_per_s") and "shape" in res:
-            ratio = res["shape"]["records_per_s"] / res["ClaSS"]["records_per_s"]
+        if "ClaSS" in res and res["ClaSS"].get("records_per_s"):
             lines.append("")
-            lines.append(f"`shape` runs {ratio:.1f}x ClaSS's records/s on these series.")
+            for det in ("shape", "class"):
+                if det in res:
+                    ratio = res[det]["records_per_s"] / res["ClaSS"]["records_per_s"]
+                    lines.append(f"`{det}` runs {ratio:.1f}x ClaSS's records/s on these "
+                                 "series.")
         lines.append("")
     return "\n".join(lines)
 
