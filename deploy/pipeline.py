@@ -93,6 +93,8 @@ STAGE_SETTINGS = {
     "the stage reads message bytes", "key_serializer": "the stage writes message bytes",
     "value_serializer": "the stage writes message bytes",
     "max_poll_records": "set batch.max_records",
+    "allow_auto_create_topics": "no client of shiftwatch creates a topic by asking for it: the "
+                                "stage creates its topics with topics.partitions",
     **{k: f"set consumer.{k} (per stage if need be)" for k in (
         "max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
         "auto_offset_reset", "fetch_max_bytes", "max_partition_fetch_bytes")},

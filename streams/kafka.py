@@ -19,7 +19,33 @@ from shiftwatch.codec import decode_record
 from shiftwatch.records import BadInput, DeadLetter
 from shiftwatch.streams.base import Source
 
-__all__ = ["KafkaSource", "parse_time", "learn_ends"]
+__all__ = ["KafkaSource", "parse_time", "learn_ends", "no_auto_create"]
+
+
+def no_auto_create(client: Any) -> Any:
+    """``client`` (a kafka-python consumer, producer or admin client) made unable to create
+    a topic by asking for it; returns it.
+
+    A Kafka broker with ``auto.create.topics.enable`` (Apache Kafka's default, and tansu's)
+    creates any topic a client's metadata request names, with the broker's default partition
+    count: a typo'd topic, or a pipeline's topics on a cluster that restarted empty, would
+    appear with partitions nobody declared. Every kafka-python client shiftwatch makes is
+    built with ``allow_auto_create_topics=False`` and passed through here, because
+    kafka-python 3.0.12 does not hand that setting to the metadata its requests are made
+    from (its ``ClusterMetadata`` keeps the default, True), so the setting alone changes
+    nothing. (The confluent client is told ``allow.auto.create.topics=false``, which
+    librdkafka honours.)
+    """
+    for name in ("_cluster", "_metadata"):  # a consumer's, a producer's
+        cluster = getattr(client, name, None)
+        config = getattr(cluster, "config", None)
+        if isinstance(config, dict):
+            config["allow_auto_create_topics"] = False
+    manager = getattr(getattr(client, "_client", None), "_manager", None)
+    config = getattr(getattr(manager, "cluster", None), "config", None)
+    if isinstance(config, dict):  # the admin client's (and the others' own) metadata
+        config["allow_auto_create_topics"] = False
+    return client
 
 
 def parse_time(t: Any) -> float | None:
@@ -127,10 +153,10 @@ class KafkaSource(Source):
         from kafka import KafkaConsumer
 
         if self._consumer is None:
-            self._consumer = KafkaConsumer(
+            self._consumer = no_auto_create(KafkaConsumer(
                 bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
                 isolation_level="read_committed" if self.read_committed else
-                "read_uncommitted", **self.client)
+                "read_uncommitted", **{**self.client, "allow_auto_create_topics": False}))
         return self._consumer
 
     def __iter__(self) -> Iterator[dict | DeadLetter]:

@@ -90,8 +90,10 @@ def _read_all(bootstrap: str, topic: str, client: dict) -> list:
     from kafka import KafkaConsumer
 
     from shiftwatch.deploy.kafka.consume import ConsumeSummary, read_messages
+    from shiftwatch.streams.kafka import no_auto_create
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **client)
+    c = no_auto_create(KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                     **{**client, "allow_auto_create_topics": False}))
     try:
         if not c.partitions_for_topic(topic):
             return []
@@ -164,7 +166,10 @@ def run_kafka_demo(out_dir: Path = Path("shiftwatch-demo") / "kafka", n: int = 4
 def _produce_raw(bootstrap: str, topic: str, client: dict) -> None:
     from kafka import KafkaProducer
 
-    p = KafkaProducer(bootstrap_servers=bootstrap, **client)
+    from shiftwatch.streams.kafka import no_auto_create
+
+    p = no_auto_create(KafkaProducer(bootstrap_servers=bootstrap,
+                                     **{**client, "allow_auto_create_topics": False}))
     try:
         p.send(topic, key=b"s2", value=b'{"sensor": "s2", "ts": 1767225600, "temp": "hot"}')
         p.flush()

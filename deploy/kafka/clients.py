@@ -22,10 +22,12 @@ import time
 from typing import Any
 
 from shiftwatch.deploy.pipeline import CLIENT_CHOICES
+from shiftwatch.streams.kafka import no_auto_create
 
 log = logging.getLogger("shiftwatch.kafka")
 
 __all__ = ["CLIENT_CHOICES", "client_kind", "check_client", "make_consumer", "make_producer",
+           "make_admin", "no_auto_create",
            "ConfluentConsumer", "ConfluentProducer", "RDKAFKA_NAMES"]
 
 ENV = "SHIFTWATCH_KAFKA_CLIENT"
@@ -95,6 +97,9 @@ def rdkafka_conf(settings: dict) -> dict:
             v = "all"
         conf[name] = v
     conf.update(settings.get("librdkafka") or {})
+    # no client of the project creates a topic by naming it (librdkafka's producer default
+    # is true): the stage creates its topics with the declared partition counts
+    conf["allow.auto.create.topics"] = False
     # librdkafka's log through Python logging, under "kafka" (quiet unless --debug, as
     # kafka-python's), not on stderr
     logger = logging.getLogger("kafka.rdkafka")
@@ -111,7 +116,8 @@ def make_consumer(kind: str, settings: dict, max_poll_records: int = 500):
         return ConfluentConsumer(settings, max_poll_records)
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(**settings, max_poll_records=max_poll_records)
+    return no_auto_create(KafkaConsumer(**{**settings, "allow_auto_create_topics": False},
+                                        max_poll_records=max_poll_records))
 
 
 def make_producer(kind: str, settings: dict):
@@ -119,7 +125,14 @@ def make_producer(kind: str, settings: dict):
         return ConfluentProducer(settings)
     from kafka import KafkaProducer
 
-    return KafkaProducer(**settings)
+    return no_auto_create(KafkaProducer(**{**settings, "allow_auto_create_topics": False}))
+
+
+def make_admin(settings: dict):
+    """A kafka-python admin client that creates no topic by asking for it."""
+    from kafka import KafkaAdminClient
+
+    return no_auto_create(KafkaAdminClient(**settings))
 
 
 # ---- confluent-kafka ----------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import IO, Any
 from shiftwatch.deploy.deduper import DUPLICATE, Deduper
 from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.kafka.topics import missing_topic
-from shiftwatch.streams.kafka import learn_ends
+from shiftwatch.streams.kafka import learn_ends, no_auto_create
 
 __all__ = ["ConsumeSummary", "consume_topic", "read_messages", "output_row", "format_ts",
            "OUTPUT_COLUMNS", "ALARM_COLUMNS", "DEAD_LETTER_COLUMNS"]
@@ -252,8 +252,9 @@ def consume_topic(topic: str, bootstrap: str, from_beginning: bool = False,
 
     out = out or sys.stdout
     summary = ConsumeSummary(topic=topic, dropped=dedupe)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                             enable_auto_commit=False, **(client or {}))
+    consumer = no_auto_create(KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+        **{**(client or {}), "allow_auto_create_topics": False}))
     outputs = _Table(ALARM_COLUMNS if alarms_only else OUTPUT_COLUMNS, out)
     dead = _Table(DEAD_LETTER_COLUMNS, out)
     tables = (outputs, dead)

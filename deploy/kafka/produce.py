@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shiftwatch.codec import encode_record
+from shiftwatch.deploy.errors import UserError
+from shiftwatch.deploy.kafka.topics import missing_topic
 from shiftwatch.records import DeadLetter, get_field
 
 __all__ = ["ProduceSummary", "produce_source", "with_source_columns", "message_key"]
@@ -105,7 +107,8 @@ def produce_source(source, topic: str, bootstrap: str, *, key_field: str = "key"
         Records per second (default: as fast as the broker takes them).
     partitions
         Create the topic with this many partitions first (an existing topic is left as it
-        is); without it the topic must exist or the broker must create topics on demand.
+        is); without it the topic must exist (no client of shiftwatch creates a topic by
+        writing to it): a missing one is a :class:`~shiftwatch.deploy.errors.UserError`.
     progress
         Show a progress bar on stderr when it is a terminal.
     dead_letters
@@ -117,16 +120,23 @@ def produce_source(source, topic: str, bootstrap: str, *, key_field: str = "key"
     """
     from kafka import KafkaAdminClient, KafkaProducer
 
+    from shiftwatch.streams.kafka import no_auto_create
+
     if rate is not None and not rate > 0:
         raise ValueError(f"--rate must be records per second > 0, got {rate!r}")
     if partitions is not None and (isinstance(partitions, bool) or int(partitions) < 1):
         raise ValueError(f"--partitions must be >= 1, got {partitions!r}")
     client = dict(client or {})
     summary = ProduceSummary(topic=topic)
-    if partitions is not None:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client)
-        try:
-            existing = set(admin.list_topics())
+    # The producer creates no topic by writing to it (no_auto_create): a missing topic is
+    # created here with --partitions, or refused in one line.
+    admin = no_auto_create(KafkaAdminClient(bootstrap_servers=bootstrap, **client))
+    try:
+        existing = set(admin.list_topics())
+        if topic not in existing and partitions is None:
+            raise UserError(f"{missing_topic(topic, existing)} at {bootstrap}: --partitions N "
+                            "creates it (shiftwatch creates no topic by writing to it)")
+        if partitions is not None:
             if topic not in existing:
                 admin.create_topics({topic: {"num_partitions": int(partitions),
                                              "replication_factor": 1}}, raise_errors=False)
@@ -139,10 +149,11 @@ def produce_source(source, topic: str, bootstrap: str, *, key_field: str = "key"
                         f"topic {topic} exists with {have} partitions: --partitions "
                         f"{partitions} is not applied (partitions are set when a topic is "
                         "created; delete the topic, or grow it with kafka-topics.sh --alter)")
-        finally:
-            admin.close()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
-                             max_request_size=4 * 1024 * 1024, **client)
+    finally:
+        admin.close()
+    producer = no_auto_create(KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=4 * 1024 * 1024,
+        **{**client, "allow_auto_create_topics": False}))
     bar = _bar(source, progress, limit)
     t0 = time.monotonic()
     failed: list[BaseException] = []

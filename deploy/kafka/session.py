@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from shiftwatch.deploy.kafka.changelog import ChangelogReader
-from shiftwatch.deploy.kafka.clients import make_consumer, make_producer
+from shiftwatch.deploy.kafka.clients import make_admin, make_consumer, make_producer
 from shiftwatch.deploy.kafka.connect import Outage, SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.topics import missing_topic, not_created
 from shiftwatch.deploy.pipeline import ASSIGNORS, PipelineError, client_settings
@@ -47,9 +47,7 @@ class ClusterSession:
         changelog has fewer partitions than the input; kafka-python errors when the cluster
         cannot be reached.
         """
-        from kafka import KafkaAdminClient
-
-        admin = KafkaAdminClient(**client_settings(self.client, "admin"))
+        admin = make_admin(client_settings(self.client, "admin"))
         try:
             parts = self._partition_counts(admin, [self.stage.input, self.stage.output,
                                                    self.changelog, self.dlq])

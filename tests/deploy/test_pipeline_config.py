@@ -271,7 +271,13 @@ def test_kafka_client_is_checked_and_librdkafka_settings_pass_through(monkeypatc
                                  "bootstrap_timeout_ms": 1000, "compression_type": None,
                                  "librdkafka": {"socket.keepalive.enable": True}})
     assert conf == {"bootstrap.servers": "a:1,b:2", "linger.ms": 5,
-                    "socket.keepalive.enable": True, "logger": conf["logger"]}
+                    "socket.keepalive.enable": True, "logger": conf["logger"],
+                    "allow.auto.create.topics": False}
+    # no client creates a topic by naming it, whatever kafka.librdkafka says
+    assert clients.rdkafka_conf({"librdkafka": {"allow.auto.create.topics": True}})[
+        "allow.auto.create.topics"] is False
+    with pytest.raises(PipelineError, match="allow_auto_create_topics is set by the stage"):
+        parse_pipeline(_with(kafka={"bootstrap_servers": "k", "allow_auto_create_topics": True}))
 
 
 def test_confluent_errors_are_classified():
