@@ -83,6 +83,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                 "drop_duplicates": args.drop_duplicates})
     except ValueError as exc:
         raise UserError(f"--allowed-lateness/--drop-duplicates: {exc}") from None
+    from shiftwatch.deploy.bounds import BOUNDS_DEFAULTS, check_bounds
+
+    future = BOUNDS_DEFAULTS["max_future_seconds"] if args.max_future_seconds is None else (
+        None if args.max_future_seconds == "off" else _future_seconds(args.max_future_seconds))
+    try:
+        bounds = check_bounds({"max_abs_value": args.max_abs_value,
+                               "max_future_seconds": future})
+    except ValueError as exc:
+        raise UserError(f"--max-abs-value/--max-future-seconds: {exc}") from None
     source_opts = parse_params(args.source_opt, "--source-opt")
     if args.source.startswith("kafka:"):  # a bounded wait for the cluster, client log quiet
         from shiftwatch.deploy.kafka.connect import client_defaults, quiet_kafka_logs
@@ -146,7 +155,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         summary = Pipeline(source, ops, sinks, dead_letters=dead, batch_size=args.batch_size,
                            speed=args.speed, progress=not args.no_progress,
-                           metrics=metrics, expiry=expiry, time=time_rule).run()
+                           metrics=metrics, expiry=expiry, time=time_rule,
+                           bounds=bounds).run()
     except WriteFailed as exc:  # a file could not be written (a full disk): the run stopped
         summary, stopped = getattr(exc, "summary", None), exc
     except LabelsError as exc:  # known only at the end: the keys of the stream
@@ -325,6 +335,15 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if dead is not None and print_failed({str(dead.path): dead.error} if dead.error else {}):
         return EXIT_USAGE
     return 130 if summary.interrupted else 0
+
+
+def _future_seconds(text: str) -> float:
+    """``--max-future-seconds``' number, or a one-line UserError."""
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"--max-future-seconds must be a number of seconds or 'off', got "
+                        f"{text!r}") from None
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
@@ -516,6 +535,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drop a record equal (key, ts, every field) to one of its key's last "
                         "N records (0-10000; default 0, off); dropped records are not "
                         "counted as the key's positions")
+    r.add_argument("--max-abs-value", type=float, metavar="X",
+                   help="a record whose value (any entry) has a magnitude above X is a dead "
+                        "letter (reason 'implausible'); default: only the hard limit 1e150")
+    r.add_argument("--max-future-seconds", metavar="SECONDS",
+                   help="a record whose ts is more than SECONDS ahead of the stream's clock "
+                        "(its latest ts, or now if later) is a dead letter (reason "
+                        "'future') and moves no clock; default 86400; 'off' checks nothing")
     r.set_defaults(func=cmd_replay, stages=None)
 
     k = sub.add_parser("run", help="run the stages of a pipeline file as Kafka consumer-group "

@@ -433,6 +433,7 @@ class _ColumnarRun:
         self.positions = _Positions() if p._positions is not None else None
         try:
             for chunk in source_columns(p.source, self.vectors):
+                _bound(chunk, ex.bounds, getattr(p.source, "path", None))
                 m, nd = len(chunk), len(chunk.dead)
                 fresh: list[tuple[int, DeadLetter]] = []
                 if nd:
@@ -672,6 +673,61 @@ def _part(inputs: InputColumns, lo: int, hi: int) -> InputColumns:
                         inputs.offsets[lo:hi], None if inputs.ts is None else inputs.ts[lo:hi],
                         inputs.values[lo:hi],
                         None if inputs.gids is None else inputs.gids[present], inputs.gid_space)
+
+
+def _bound(chunk: Any, bounds: Any, path: Any = None) -> None:
+    """The stream's plausibility bounds (:mod:`~shiftwatch.deploy.bounds`) on a chunk, in
+    place: its rows beyond them become dead letters where the record path has them (the
+    same reason, raw record and offset), the others stay. A vectorised look first; the
+    rows are walked in order (the bounds' clock) only in a chunk with a candidate."""
+    m = len(chunk)
+    if bounds is None or not m:
+        return
+    ts, values = chunk.ts, chunk.values
+    cand = np.zeros(m, dtype=bool)
+    if bounds.max_abs_value is not None:
+        cand |= ~(np.abs(values.reshape(m, -1)) <= bounds.max_abs_value).all(axis=1)
+    if bounds.max_future_seconds is not None and ts is not None:
+        cand |= ts > max(bounds.clock, bounds.now()) + bounds.max_future_seconds
+    if not cand.any():
+        if ts is not None:
+            bounds.clock = max(bounds.clock, float(ts.max()))
+        return
+    keys = chunk.keys
+    keep = np.ones(m, dtype=bool)
+    dead: list[tuple[int, DeadLetter]] = []
+    for i in range(m):
+        rec: dict[str, Any] = {"key": keys[i]}
+        if ts is not None:
+            rec["ts"] = float(ts[i])
+        v = values[i]
+        rec["value"] = float(v) if v.ndim == 0 else v.tolist()
+        why = bounds.reason(rec)
+        if why is not None:
+            keep[i] = False
+            origin = {"line": int(chunk.lines[i]), "operator": "bounds", "key": keys[i]}
+            if path is not None:
+                origin = {"file": path, **origin}
+            dead.append((i, DeadLetter(raw=rec, reason=why, origin=origin)))
+    if not dead:
+        return
+    # rows_before of every dead letter, counted over the rows kept
+    kept_before = np.concatenate([[0], np.cumsum(keep)])
+    moved = [(int(kept_before[b]), d) for b, d in chunk.dead]
+    old = [(int(kept_before[i]), d) for i, d in dead]
+    # in line order among those with the same rows before them
+    lines = chunk.lines
+    at = {id(d): int(lines[i]) for i, d in dead}
+    merged = sorted(moved + old, key=lambda bd: (bd[0], at.get(id(bd[1]),
+                                                             bd[1].origin.get("line", 0))))
+    chunk.dead = merged
+    if chunk._keys is not None:
+        chunk._keys = [k for k, ok in zip(chunk._keys, keep.tolist(), strict=True) if ok]
+    if chunk.inv is not None:
+        chunk.inv = chunk.inv[keep]
+    chunk.ts = None if ts is None else ts[keep]
+    chunk.values = values[keep]
+    chunk.lines = lines[keep]
 
 
 def _head(offs: np.ndarray, fresh: list) -> list[tuple[int, DeadLetter | None]]:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shiftwatch.codec import decode_record, encode_record
+from shiftwatch.deploy.bounds import StreamBounds
 from shiftwatch.deploy.deduper import DUPLICATE, Deduper
 from shiftwatch.deploy.expiry import Expiry
 from shiftwatch.deploy.time_rule import clamp_change_ts, is_time_rule
@@ -188,9 +189,11 @@ class StageExecutor:
                  dedupe: bool = False, summary: RunSummary | None = None, keyed: bool = True,
                  observer: Any = None, max_message_bytes: int | None = None,
                  deduper: Deduper | None = None, loose: bool = False,
-                 expiry: Expiry | None = None):
+                 expiry: Expiry | None = None, bounds: StreamBounds | None = None):
         self.loose = loose
         self.expiry = expiry
+        #: the stream's plausibility bounds (deploy/bounds.py), checked on admission
+        self.bounds = bounds
         self.operators = [op if (isinstance(op, Keyed) or not keyed) else Keyed(op)
                           for op in operators]
         self.names = list(names) if names is not None else [
@@ -238,8 +241,28 @@ class StageExecutor:
                     self.summary.duplicates_dropped += 1
                     return None
                 return DeadLetter(raw=raw, reason=verdict, origin=dict(origin))
+        if self.bounds is not None:
+            why = self.bounds.reason(record)
+            if why is not None:
+                return DeadLetter(raw=raw, reason=why, origin={
+                    **origin, "operator": "bounds", "key": record.get("key")})
         record["offset"] = offset
         return record
+
+    def bounded(self, item: Any, origins: Mapping[int, dict] | None = None) -> Any:
+        """A record of a local source as it is, or a :class:`DeadLetter` when it is beyond the
+        stream's bounds (the raw record without its ``offset``; the origin is the source's
+        ``origins[offset]`` (file and line) with ``operator: bounds`` and the record's key)."""
+        if self.bounds is None or not isinstance(item, dict):
+            return item
+        why = self.bounds.reason(item)
+        if why is None:
+            return item
+        off = item.get("offset")
+        origin = dict((origins.get(off) if origins is not None else None) or {"offset": off})
+        raw = {k: v for k, v in item.items() if k != "offset"}
+        return DeadLetter(raw=raw, reason=why,
+                          origin={**origin, "operator": "bounds", "key": item.get("key")})
 
     def count_inputs(self, n: int) -> None:
         """Count ``n`` input items that came in already decoded (the local runner)."""

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
+from shiftwatch.deploy.bounds import StreamBounds, check_bounds
 from shiftwatch.deploy.columnar import columnar_run
 from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.executor import RunSummary, StageExecutor
@@ -190,6 +191,10 @@ class Pipeline:
         file in column batches through ``cs`` or a River detector, the same outputs, dead
         letters and report, faster) when the run allows it, unless the environment sets
         ``SHIFTWATCH_RECORD_PATH=1``; False: always the record path.
+    bounds
+        The stream's plausibility bounds (``{"max_abs_value": ..., "max_future_seconds":
+        ...}``, :mod:`~shiftwatch.deploy.bounds`; ``--max-abs-value``,
+        ``--max-future-seconds``); None: the defaults (a ``ts`` at most a day ahead).
 
     Notes
     -----
@@ -230,7 +235,7 @@ class Pipeline:
                  progress: bool = True, keyed: bool = True, metrics=None,
                  stop_if_all_dead: int | None = ALL_DEAD_FIRST, change_positions: bool = True,
                  expiry: Expiry | None = None, time: dict | None = None,
-                 columnar: bool | None = None):
+                 columnar: bool | None = None, bounds: dict | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if speed is not None and speed < 0:
@@ -251,6 +256,8 @@ class Pipeline:
         self.change_positions = change_positions
         self.expiry = expiry
         self.columnar = columnar
+        #: the stream's plausibility bounds (``bounds``; :mod:`~shiftwatch.deploy.bounds`)
+        self.bounds = check_bounds(bounds)
 
     # ------------------------------------------------------------------------------
 
@@ -267,7 +274,8 @@ class Pipeline:
 
     def _run(self) -> RunSummary:
         ex = StageExecutor(self.operators, keyed=False,  # wrapped (or not) already
-                           observer=self.metrics, expiry=self.expiry)
+                           observer=self.metrics, expiry=self.expiry,
+                           bounds=StreamBounds.from_settings(self.bounds))
         summary = self._summary = ex.summary
         what = str(getattr(self.source, "path", None) or getattr(self.source, "name", None)
                    or "the source")
@@ -294,6 +302,7 @@ class Pipeline:
                 try:
                     for item in (() if columnar is not None else self._items()):
                         ex.count_inputs(1)
+                        item = ex.bounded(item, getattr(self.source, "origins", None))
                         if isinstance(item, DeadLetter):
                             self._write_dead([ex.dead_letter(item)])
                             continue

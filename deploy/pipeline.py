@@ -51,6 +51,7 @@ from typing import Any
 
 import yaml
 
+from shiftwatch.deploy.bounds import BOUNDS_DEFAULTS, check_bounds
 from shiftwatch.deploy.errors import UserError
 from shiftwatch.deploy.expiry import STATE_DEFAULTS, check_state
 from shiftwatch.deploy.key_alarms import DEFAULT_MAX_KEY_SERIES
@@ -199,7 +200,7 @@ _TOP_KEYS = ("pipeline", "kafka", "topics", "guarantee", "checkpoint", "batch", 
              "producer", "metrics", "emit", "alerts", "stages")
 _STAGE_KEYS = ("name", "input", "output", "operator", "params", "operators", "value", "key",
                "ts", "guarantee", "checkpoint", "batch", "consumer", "producer", "dedupe",
-               "upstream", "emit", "alerts", "loose", "state", "time")
+               "upstream", "emit", "alerts", "loose", "state", "time", "bounds")
 #: What a stage writes to its output topic: every output, or only those with ``alarm: true``
 #: (the dead letters, the checkpoints and the committed offsets are the same either way).
 EMIT_CHOICES = ("all", "alarms")
@@ -294,6 +295,9 @@ class StageConfig:
     #: the rule for time and duplicates (``allowed_lateness_seconds``, ``drop_duplicates``:
     #: deploy/time_rule.py)
     time: dict = field(default_factory=lambda: dict(TIME_DEFAULTS))
+    #: the stream's plausibility bounds (``max_abs_value``, ``max_future_seconds``:
+    #: deploy/bounds.py), per input partition
+    bounds: dict = field(default_factory=lambda: dict(BOUNDS_DEFAULTS))
     checkpoint: dict = field(default_factory=lambda: dict(_DEFAULTS["checkpoint"]))
     batch: dict = field(default_factory=lambda: dict(_DEFAULTS["batch"]))
     consumer: dict = field(default_factory=lambda: dict(_DEFAULTS["consumer"]))
@@ -509,6 +513,15 @@ def _time(d: Any, where: str, err) -> dict:
         raise err(f"{where}: time: {exc}") from None
 
 
+def _bounds(d: Any, where: str, err) -> dict:
+    """``bounds: {max_abs_value, max_future_seconds}``
+    (:func:`shiftwatch.deploy.bounds.check_bounds`)."""
+    try:
+        return check_bounds(d)
+    except ValueError as exc:
+        raise err(f"{where}: bounds: {exc}") from None
+
+
 def _emit(e: Any, where: str, err) -> str:
     if e not in EMIT_CHOICES:
         raise err(f"{where}: emit must be one of {', '.join(EMIT_CHOICES)} (every output, or "
@@ -644,7 +657,8 @@ def _stage(raw: Any, i: int, defaults: dict, guarantee: str, err,
                        emit=_emit(raw.get("emit", emit), where, err),
                        alerts=_alerts(raw.get("alerts"), where, err),
                        state=_state(raw.get("state"), where, err),
-                       time=_time(raw.get("time"), where, err), **sections)
+                       time=_time(raw.get("time"), where, err),
+                       bounds=_bounds(raw.get("bounds"), where, err), **sections)
 
 
 def _op_spec(o: Any, where: str, err) -> OperatorSpec:

@@ -21,6 +21,7 @@ import logging
 import time
 from typing import Any
 
+from shiftwatch.deploy.bounds import StreamBounds
 from shiftwatch.deploy.deduper import Deduper, end_slack
 from shiftwatch.deploy.executor import StageExecutor
 from shiftwatch.deploy.expiry import Expiry
@@ -248,6 +249,7 @@ class PartitionAssignment:
                                  summary=self.stats,
                                  observer=self.metrics, deduper=deduper,
                                  expiry=Expiry.from_settings(st.state),
+                                 bounds=StreamBounds.from_settings(st.bounds),
                                  max_message_bytes=st.producer["max_request_size"]
                                  - MESSAGE_OVERHEAD)
         return PartitionTask(partition=partition, executor=executor,
