@@ -136,10 +136,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.alert_url:
         from shiftwatch.sinks.alerts import WebhookAlertSink
 
+        settings = {"undelivered": out / "alerts_undelivered.jsonl",
+                    **parse_params(args.alert_opt, "--alert-opt")}
         with user_input():
             alerts = WebhookAlertSink(args.alert_url, stage="replay", pipeline=str(
-                getattr(source, "name", args.source)),
-                **parse_params(args.alert_opt, "--alert-opt"))
+                getattr(source, "name", args.source)), **settings)
         sinks.append(alerts)
     dead = DeadLetterSink(out / "dead_letters.jsonl")
     server = metrics = None
@@ -176,10 +177,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"dead letters -> {out / 'dead_letters.jsonl'}: {reasons}")
     print_scores(getattr(evaluation, "report", None) or {})
     if alerts is not None:
-        c = alerts.counts
-        print(f"alerts: {c['sent']} sent to {alerts.url}, {c['failed']} failed, "
-              f"{c['suppressed']} over the per-key limit, {c['dropped']} dropped"
-              + (f" (last error: {alerts.last_error})" if alerts.last_error else ""))
+        print(alerts.line())
     done = set(evaluation.written) | ({str(outputs.path)} if outputs.written else set())
     written = [str(p) for p in (Path(outputs.path), out / "report.json", out / "keys.jsonl",
                                 out / "report.html") if str(p) in done]
@@ -514,7 +512,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="POST each alarm as JSON to URL (a webhook; see --alert-opt)")
     r.add_argument("--alert-opt", action="append", metavar="K=V",
                    help="alert setting: format=json|slack, retries=3, backoff_s=0.5, "
-                        "timeout_s=5, per_key_per_minute=10, queue_size=10000")
+                        "timeout_s=5 (the whole request), per_key_per_minute=10, "
+                        "queue_size=10000, drain_s=20 (delivery goes on at the end), "
+                        "undelivered=PATH (default OUT/alerts_undelivered.jsonl)")
     r.add_argument("--emit", choices=["all", "alarms"], default="all",
                    help="what the outputs file holds: every output (default) or only alarms "
                         "(the report still scores every output)")
@@ -689,7 +689,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sources", help="list source kinds and shipped data sets")
     s.set_defaults(func=cmd_sources)
+    ra = sub.add_parser("resend-alerts", help="POST again the alarms of an undelivered-alerts "
+                        "file (what a webhook did not take); the file keeps only those still "
+                        "undelivered")
+    ra.add_argument("file", help="the file (alerts_undelivered.jsonl of a replay, or the "
+                                 "alerts' undelivered: path of a stage)")
+    ra.add_argument("--alert-url", required=True, metavar="URL", help="where to POST them")
+    ra.add_argument("--alert-opt", action="append", metavar="K=V",
+                    help="alert setting: retries=3, backoff_s=0.5, timeout_s=5, drain_s=20")
+    ra.set_defaults(func=cmd_resend_alerts)
     return p
+
+
+def cmd_resend_alerts(args) -> int:
+    from shiftwatch.sinks.alerts import redact_url, resend
+
+    settings = parse_params(args.alert_opt, "--alert-opt")
+    unknown = sorted(set(settings) - {"retries", "backoff_s", "max_backoff_s", "timeout_s",
+                                      "drain_s"})
+    if unknown:
+        raise UserError(f"--alert-opt {unknown[0]} does not apply to resend-alerts (it takes "
+                        "retries, backoff_s, max_backoff_s, timeout_s, drain_s)")
+    if not Path(args.file).is_file():
+        raise UserError(f"no such file: {args.file}")
+    with user_input():
+        done = resend(args.file, args.alert_url, **settings)
+    where = redact_url(args.alert_url)
+    if done["left"]:
+        print(f"resent {done['sent']} of {done['alarms']} alarms to {where}; {done['left']} "
+              f"still undelivered, kept in {args.file}")
+        return 1
+    print(f"resent {done['sent']} of {done['alarms']} alarms to {where}; none left "
+          f"({args.file} removed)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -422,7 +422,7 @@ def parse_pipeline(data: Any, source: str = "<pipeline>",
     ...
     shiftwatch.deploy.pipeline.PipelineError: <pipeline>: stages[0] (d): unknown key 'oprator'; \
 allowed: name, input, output, operator, params, operators, value, key, ts, guarantee, \
-checkpoint, batch, consumer, producer, dedupe, upstream, emit, alerts, loose, state, time
+checkpoint, batch, consumer, producer, dedupe, upstream, emit, alerts, loose, state, time, bounds
     """
     def err(msg: str) -> PipelineError:
         return PipelineError(f"{source}: {msg}")
@@ -474,7 +474,7 @@ def _unknown(d: Mapping, allowed: tuple[str, ...], where: str, err) -> None:
 
 
 _ALERT_KEYS = ("url", "format", "retries", "backoff_s", "max_backoff_s", "timeout_s",
-               "per_key_per_minute", "queue_size")
+               "per_key_per_minute", "queue_size", "drain_s", "undelivered")
 
 
 def _alerts(a: Any, where: str, err) -> dict | None:
@@ -482,11 +482,14 @@ def _alerts(a: Any, where: str, err) -> dict | None:
     sink once (sinks/alerts.py)."""
     if a is None:
         return None
+    from shiftwatch.sinks.alerts import WebhookAlertSink, redact_url
+
     if not isinstance(a, Mapping) or "url" not in a:
+        shown = ({k: redact_url(v) if k == "url" else v for k, v in a.items()}
+                 if isinstance(a, Mapping) else a)  # the URL is a secret, even here
         raise err(f"{where}: alerts must be a mapping with a url (and optionally format, "
                   f"retries, backoff_s, max_backoff_s, timeout_s, per_key_per_minute, "
-                  f"queue_size), got {a!r}")
-    from shiftwatch.sinks.alerts import WebhookAlertSink
+                  f"queue_size, drain_s, undelivered), got {shown!r}")
 
     _unknown(a, _ALERT_KEYS, f"{where}: alerts", err)
     try:

@@ -53,6 +53,7 @@ import json
 import logging
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -164,7 +165,10 @@ class StageRunner(ClusterSession, PartitionAssignment):
         if stage.alerts is not None:  # alarms POSTed by a thread: never blocks the loop
             from shiftwatch.sinks.alerts import WebhookAlertSink
 
-            self.alerts = WebhookAlertSink(**stage.alerts, pipeline=config.name,
+            settings = {"undelivered": os.path.join(
+                tempfile.gettempdir(), "shiftwatch-alerts-undelivered-{stage}.jsonl"),
+                **stage.alerts}
+            self.alerts = WebhookAlertSink(**settings, pipeline=config.name,
                                            stage=stage.name, metrics=metrics)
 
     # ---- what the checkpointer and the de-duplication ask of the stage --------------
@@ -474,8 +478,8 @@ class StageRunner(ClusterSession, PartitionAssignment):
                 self._log_duplicates(task.executor, all_runs=True)
             self._tasks.clear()  # on_revoke during close() has nothing left to do
         finally:
-            if self.alerts is not None:  # what is queued gets a few seconds, then counted
-                self.alerts.close(wait_s=5.0)
+            if self.alerts is not None:  # delivery goes on for drain_s, then what is left
+                self.alerts.close()          # is counted and kept in the undelivered file
             for client in (self._consumer, self._producer, self._reader):
                 if client is not None:
                     try:
