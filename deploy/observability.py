@@ -12,6 +12,10 @@ One :class:`MetricsServer` per process serves, on one port:
   during a rebalance, while disconnected and at shutdown.
 
 Both bodies are JSON and say why, per stage (``connected``, ``seconds_disconnected``, ...).
+The ``/readyz`` body also shows the input as the member last saw it (``input``: the input
+topic's partitions, those this member owns, those behind their end; see
+:mod:`shiftwatch.deploy.kafka.coverage`): readiness is the member's own (a member of a group
+of three owns a third of the input and is ready), the rest is for the operator.
 
 Each stage (or replay) reports through its own :class:`StageMetrics`, whose label values are
 the pipeline and stage names; per-operator alarm counts add the operator name, dead letters
@@ -92,6 +96,14 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Records between the partition's high watermark and the stage's next offset."),
     "shiftwatch_partitions_owned": (
         "gauge", ("pipeline", "stage"), "Input partitions assigned to this member."),
+    "shiftwatch_input_partitions": (
+        "gauge", ("pipeline", "stage"),
+        "Partitions of the stage's input topic on the cluster (last asked)."),
+    "shiftwatch_input_partitions_behind": (
+        "gauge", ("pipeline", "stage"),
+        "Input partitions not at their end: this member's behind its position, the others "
+        "behind the group's committed offset (owned by another member still working, or by "
+        "none). Staying above 0 with no input arriving means part of the input is not read."),
     "shiftwatch_rebalances_total": (
         "counter", ("pipeline", "stage"), "Partition assignments received from the group."),
     "shiftwatch_checkpoints_total": (
@@ -258,6 +270,7 @@ class StageMetrics:
         self._stalls = 0
         self._ready = False
         self._disconnected_since: float | None = None
+        self._coverage_view: dict | None = None
         self._started_unix = time.time()
         self._last_checkpoint_unix: float | None = None
         self._c["shiftwatch_last_checkpoint_age_seconds"].set_function(self._checkpoint_age)
@@ -320,6 +333,13 @@ class StageMetrics:
             if lag is not None:
                 g.labels(self.pipeline, self.stage, str(p)).set(lag)
                 self._lag_partitions.add(p)
+
+    def coverage(self, view: dict) -> None:
+        """The input seen from this member (:meth:`~shiftwatch.deploy.kafka.coverage.Coverage.
+        as_dict`): its partitions, those owned here, those behind."""
+        self._coverage_view = view
+        self._c["shiftwatch_input_partitions"].set(view["input_partitions"])
+        self._c["shiftwatch_input_partitions_behind"].set(len(view["behind"]))
 
     def sync(self, summary: Any) -> None:
         """Add what ``summary`` (a :class:`RunSummary`) counted since the last call."""
@@ -467,7 +487,8 @@ class MetricsServer:
                 for m in self.stages:
                     h = m.health()
                     why[f"{m.pipeline}/{m.stage}"] = {
-                        k: h[k] for k in ("assigned", "connected", "seconds_disconnected")}
+                        **{k: h[k] for k in ("assigned", "connected", "seconds_disconnected")},
+                        "input": m._coverage_view}  # (the group's view; not a condition)
                 return health(start_response, ok, {
                     "ready": ok, "stages": {f"{m.pipeline}/{m.stage}": m.ready
                                             for m in self.stages}, "why": why})

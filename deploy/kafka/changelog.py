@@ -745,5 +745,39 @@ class ChangelogReader:
             return {}
         return {tp.partition: off for tp, off in self._consumer.end_offsets(tps).items()}
 
+    def records_between(self, topic: str, starts: dict[int, int], ends: dict[int, int],
+                        timeout_s: float = 3.0) -> set[int]:
+        """The partitions of ``topic`` with at least one record (as this reader's isolation
+        sees it) at an offset in ``[starts[p], ends[p])``: between a group's committed offset
+        and the end there may be only transaction markers (or aborted records). A partition
+        not read to ``ends[p]`` within ``timeout_s`` counts as having records."""
+        import time
+
+        from kafka import TopicPartition
+
+        tps = {p: TopicPartition(topic, p) for p in starts if starts[p] < ends[p]}
+        if not tps:
+            return set()
+        found: set[int] = set()
+        try:
+            self._consumer.assign(list(tps.values()))
+            for p, tp in tps.items():
+                self._consumer.seek(tp, starts[p])
+            deadline = time.monotonic() + timeout_s
+            left = set(tps)
+            while left and time.monotonic() < deadline:
+                got = self._consumer.poll(timeout_ms=200)
+                for tp, msgs in got.items():
+                    if any(starts[tp.partition] <= m.offset < ends[tp.partition]
+                           for m in msgs):
+                        found.add(tp.partition)
+                for p in list(left):
+                    if p in found or self._consumer.position(tps[p]) >= ends[p]:
+                        left.discard(p)
+            found |= left  # not read to the end in time: not known to be done
+        finally:
+            self._consumer.assign([])
+        return found
+
     def close(self) -> None:
         self._consumer.close()

@@ -30,7 +30,10 @@ def run_pipeline(config: PipelineConfig, stages: list[str] | None = None,
                  reset_state: Iterable[int] | str | None = None) -> int:
     """Run the named stages (default: all) of ``config``, one thread each, until SIGTERM/SIGINT.
 
-    Returns 0 after a clean stop, 1 if a stage failed (the others are then stopped too);
+    Returns 0 after a clean stop, 1 if a stage failed (the others are then stopped too) or
+    stopped with its input incomplete (``idle_exit_s``: partitions of the input still behind
+    after the wait of :mod:`~shiftwatch.deploy.kafka.coverage`; a final checkpoint that
+    failed);
     raises the :class:`~shiftwatch.deploy.errors.UserError` a stage stopped on (a pipeline
     problem, a changelog it cannot restore: one line for the command line).
     ``reset_state``: see :class:`StageRunner`.
@@ -115,7 +118,10 @@ def _run_stages(config: PipelineConfig, chosen: list[StageConfig], stop: threadi
     user = [e for e in errors if isinstance(e, UserError)]
     if user:
         raise user[0]
-    return 1 if errors else 0
+    incomplete = [r.incomplete for r in runners if r.incomplete]
+    for why in incomplete:  # (each stage logged it as it stopped; the last lines say it)
+        log.error("%s", why)
+    return 1 if errors or incomplete else 0
 
 
 def _last_active(names: list[str], ended: dict[str, float]) -> float:

@@ -178,6 +178,8 @@ class ClusterSession:
         group (a member that never leaves can keep the group from settling)."""
         consumer, producer, reader = self._consumer, self._producer, self._reader
         self._consumer = self._producer = self._reader = None
+        self._close_admin()
+        self._coverage = None
         for client, kwargs in ((consumer, {"autocommit": False, "timeout_ms": LEAVE_GROUP_MS}),
                                (producer, {"timeout": 0}), (reader, {})):
             if client is None:

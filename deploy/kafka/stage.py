@@ -71,6 +71,7 @@ from shiftwatch.deploy.kafka.changelog import ChangelogReader
 from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask
 from shiftwatch.deploy.kafka.clients import check_client, client_kind
 from shiftwatch.deploy.kafka.connect import SessionLost, lost_cluster
+from shiftwatch.deploy.kafka.coverage import CoverageCheck
 from shiftwatch.deploy.kafka.session import ClusterSession
 from shiftwatch.deploy.pipeline import PipelineConfig, PipelineError, StageConfig
 from shiftwatch.deploy.time_rule import rule_params
@@ -82,7 +83,7 @@ __all__ = ["StageRunner", "MESSAGE_OVERHEAD"]
 log = logging.getLogger("shiftwatch.kafka")
 
 
-class StageRunner(ClusterSession, PartitionAssignment):
+class StageRunner(ClusterSession, PartitionAssignment, CoverageCheck):
     """Run one stage of a pipeline as a consumer-group member until stopped.
 
     Its work is split by concern: :class:`~shiftwatch.deploy.kafka.session.ClusterSession`
@@ -160,6 +161,11 @@ class StageRunner(ClusterSession, PartitionAssignment):
         self._asked: set[tuple[str, int]] = set()
         self._upstream_ends: dict[tuple[str, int], int] = {}
         self._input_partitions = 0
+        #: why the stage stopped with its input not done (``--exit-when-idle`` stopping with
+        #: partitions behind, a final checkpoint that failed); None after a complete run.
+        #: :func:`~shiftwatch.deploy.kafka.run.run_pipeline` then returns 1.
+        self.incomplete: str | None = None
+        self._incomplete_since: float | None = None
         self._rate_window = (time.monotonic(), 0)
         self.alerts = None
         if stage.alerts is not None:  # alarms POSTed by a thread: never blocks the loop
@@ -268,7 +274,11 @@ class StageRunner(ClusterSession, PartitionAssignment):
                 now = time.monotonic()
                 if n:
                     last_input = now  # idle counts from the end of the last batch of input
+                    self._incomplete_since = None
                 self._observe(now - t0 if n else None)
+                if self._tasks and self._down_since is None and self._seen_connected:
+                    self._check_coverage(now)  # (every few seconds; an input topic gone ends
+                    #                             the session: the stage waits for it)
                 if now - t0 > 0.5 * max_poll_s:
                     log.warning("stage %s: a batch took %.1f s, over half of "
                                 "max_poll_interval_ms (%.0f s): lower batch.max_records or "
@@ -280,8 +290,9 @@ class StageRunner(ClusterSession, PartitionAssignment):
                 if not self._tasks:
                     last_input = now  # idle time counts from the first assignment
                 elif (self.idle_exit_s is not None
-                      and now - max(last_input, self.upstream_active()) > self.idle_exit_s):
-                    break
+                      and now - max(last_input, self.upstream_active()) > self.idle_exit_s
+                      and self._idle_exit(now)):
+                    break  # every partition of the input done, or waited for that in vain
         except BaseException as exc:
             # Stop without checkpointing: the batch at hand may be partly processed and
             # partly sent; the restart resumes from the last committed checkpoint.
@@ -467,8 +478,12 @@ class StageRunner(ClusterSession, PartitionAssignment):
                     try:
                         self.checkpointer.checkpoint(list(self._tasks))
                     except Exception as exc:
-                        log.warning("stage %s: final checkpoint failed: %s", self.stage.name,
-                                    exc)
+                        self.incomplete = self.incomplete or (
+                            f"stage {self.stage.name}: final checkpoint failed "
+                            f"({type(exc).__name__}: {exc}): the records since the last "
+                            "committed checkpoint are processed again by the partitions' next "
+                            "owner")
+                        log.error(self.incomplete)
                         if self.eos and self.checkpointer.in_txn:
                             self.checkpointer.abort()
                 self._metrics()
@@ -478,6 +493,7 @@ class StageRunner(ClusterSession, PartitionAssignment):
                 self._log_duplicates(task.executor, all_runs=True)
             self._tasks.clear()  # on_revoke during close() has nothing left to do
         finally:
+            self._close_admin()
             if self.alerts is not None:  # delivery goes on for drain_s, then what is left
                 self.alerts.close()          # is counted and kept in the undelivered file
             for client in (self._consumer, self._producer, self._reader):
