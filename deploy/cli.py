@@ -562,7 +562,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "machine only)")
     k.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="stop (checkpointing first) after SECONDS without input (a "
-                        "stage fed by another of this run: after it stopped too)")
+                        "stage fed by another of this run: after it stopped too) once "
+                        "every input partition is at its end; with partitions still "
+                        "behind after two session timeouts more, stop with status 1 "
+                        "naming them")
     k.add_argument("--reset-state", metavar="PARTITIONS",
                    help="drop the changelog state of these input partitions (0,2 or all) "
                         "when assigned and start them afresh from the group's committed "
