@@ -234,6 +234,8 @@ def test_run_and_replay_pass_the_bound_to_the_stage_metrics(tmp_path, monkeypatc
     bounds = []
 
     class FakeRunner:
+        incomplete = None
+
         def __init__(self, config, stage, metrics, **kw):
             self.stage = stage
             bounds.append(metrics.key_alarms.max_key_series)

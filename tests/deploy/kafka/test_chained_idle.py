@@ -17,6 +17,7 @@ class FakeRunner:
     """Records when its chained stage saw the upstream stage active."""
 
     seen: dict[str, list[float]] = {}
+    incomplete = None  # a StageRunner says why it stopped incomplete here
 
     def __init__(self, config, stage, stop=None, idle_exit_s=None, metrics=None,
                  reset_state=None):
