@@ -171,6 +171,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         blank = getattr(source, "blank_lines", 0)
         if blank:
             print(f"skipped {blank} blank line{'' if blank == 1 else 's'} of {args.source}")
+        unread = getattr(source, "unread", None)
+        if unread:  # the results are of a part of the file: say so beside them
+            print(f"{args.source} was not read to its end (partial results): {unread}")
         if summary.dead_letters and dead.written:
             reasons = ", ".join(f"{n} x {r}" for r, n in sorted(
                 summary.dead_letter_reasons.items(), key=lambda kv: -kv[1]))

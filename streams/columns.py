@@ -168,6 +168,7 @@ def csv_columns(source: CsvSource, chunk_chars: int = CHUNK_CHARS,
 
 def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
     src.blank_lines = 0
+    src.unread = None
     header = src._header
     pos = {c: header.index(c) for c in src._wanted()}
     # a vector's value positions as a tuple, one per column (a column may come twice)
@@ -189,7 +190,7 @@ def _chunks(src: CsvSource, chunk_chars: int) -> Iterator[ColumnChunk]:
             got = _block(src, lines, first, layout), len(lines)
         return got
 
-    f, guard = _open_text(src.path)
+    f, guard = _open_text(src.path, src.max_blank_lines)
     with f:
         if not f.readline():  # the header, line 1 (checked by the source)
             return
@@ -226,7 +227,8 @@ def _file_chunks(src: Any, f: Any, guard: Any, lineno: int, chunk_chars: int, bl
             lineno += len(lines)
     lineno += 1  # the line the damage cut short, or the one after the last
     if guard is not None and guard.error is not None:
-        dead = src._dead(_raw(tail or ""), _damage_reason(guard.error, lineno - 1), lineno)
+        src.unread = _damage_reason(guard.error, lineno - 1)
+        dead = src._dead(_raw(tail or ""), src.unread, lineno)
         yield ColumnChunk([], None if src.ts is None else np.empty(0), _no_values(src),
                           np.empty(0, dtype=np.int64), [(0, dead)])
 

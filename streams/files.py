@@ -20,7 +20,11 @@ Conventions shared by both sources:
   dead letters included). ``source.origins.get(offset)`` gives ``{"file", "line", "offset"}``
   for an item of the iteration under way, so that a record an operator rejects is also traced
   back to its line.
-* Blank lines are skipped and counted in ``source.blank_lines``.
+* Blank lines are skipped and counted in ``source.blank_lines``. More than
+  ``max_blank_lines`` of them in a row (default :data:`~shiftwatch.streams.lines.MAX_BLANK_LINES`,
+  a million; ``None``: no bound) end the reading of the file: the rest of it is one dead letter
+  ``blank: more than N consecutive blank lines from line L on ...``, so that a file of
+  nothing but blank lines (a small ``.gz`` of gigabytes of them) ends at once with a reason.
 * A line that is not valid UTF-8 is a dead letter whose ``raw_base64`` holds its exact bytes
   (never a record with U+FFFD in it, which would merge different keys into one).
 * A damaged ``.gz`` file (truncated, a bad CRC, corrupt data) is read up to the damage; the
@@ -33,12 +37,9 @@ from __future__ import annotations
 import bisect
 import contextlib
 import csv
-import gzip
-import io
 import math
 import os
 import re
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -46,7 +47,17 @@ from typing import Any
 from shiftwatch.codec import MAX_DIGITS, parse_object
 from shiftwatch.records import BadInput, DeadLetter, as_array, as_scalar, get_field
 from shiftwatch.streams.base import Source
-from shiftwatch.streams.lines import MAX_LINE_CHARS, _bounded_lines, _Long, long_line_reason
+from shiftwatch.streams.lines import (
+    MAX_BLANK_LINES,
+    MAX_LINE_CHARS,
+    _bounded_lines,
+    _check_max_blank_lines,
+    _damage,
+    _damage_reason,
+    _Long,
+    _open_text,
+    long_line_reason,
+)
 
 __all__ = ["CsvSource", "JsonlSource"]
 
@@ -82,72 +93,6 @@ _NON_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
 # A quoted CSV field, a quote inside it doubled (unrolled: linear time, even when unclosed).
 _QUOTED = re.compile(r'"[^"]*(?:""[^"]*)*"')
-
-
-class _GuardedGzip(io.BufferedIOBase):
-    """A ``.gz`` file that ends where it is damaged instead of raising; ``error`` says how.
-
-    Everything decompressed before the damage is read as usual: the text stream above it sees
-    an end of file, and the source turns the rest into one dead letter (:func:`_damage_reason`).
-    """
-
-    def __init__(self, gz: gzip.GzipFile):
-        self._gz = gz
-        self.error: BaseException | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
-        return self._guard(self._gz.read, size)
-
-    def read1(self, size: int = -1) -> bytes:
-        return self._guard(self._gz.read1, size)
-
-    def _guard(self, read, size) -> bytes:
-        if self.error is not None:
-            return b""
-        try:
-            return read(-1 if size is None else size)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-            self.error = exc
-            return b""
-
-    def close(self) -> None:
-        try:
-            self._gz.close()
-        finally:
-            super().close()
-
-
-def _open_text(path: str) -> tuple[io.TextIOWrapper, _GuardedGzip | None]:
-    """The file as text, and for a ``.gz`` file the guard that notes where it is damaged.
-
-    utf-8-sig drops a byte-order mark; bytes that are not UTF-8 are kept as lone surrogates
-    ("surrogateescape") so that the line holding them becomes a dead letter with its exact
-    bytes (see :func:`_undecodable`), never a record with U+FFFD in it.
-    """
-    if path.endswith(".gz"):
-        guard = _GuardedGzip(gzip.open(path, "rb"))
-        return io.TextIOWrapper(guard, encoding="utf-8-sig", errors="surrogateescape",
-                                newline=""), guard
-    return open(path, encoding="utf-8-sig", errors="surrogateescape", newline=""), None
-
-
-def _damage(exc: BaseException) -> str:
-    """What is wrong with a damaged ``.gz`` file, in a few words."""
-    return "compressed stream ended early" if isinstance(exc, EOFError) else str(exc)
-
-
-def _damage_reason(exc: BaseException, after: int) -> str:
-    """Why a ``.gz`` file could not be read past line ``after``: the reason of its tail."""
-    if isinstance(exc, EOFError):
-        return f"file is truncated after line {after}: {_damage(exc)}"
-    text = str(exc)
-    if text.startswith("CRC check failed"):
-        return (f"gzip CRC check failed after line {after} ({text[16:].strip()}): the lines "
-                "before it may be damaged")
-    return f"compressed data is corrupt after line {after}: {text}"
 
 
 def _undecodable(text: str) -> str | None:
@@ -373,6 +318,10 @@ class _FileSource(Source):
         self._vector = not isinstance(self.value, str)
         self._open: list[Iterator] = []
         self.blank_lines = 0
+        #: Why the last iteration ended before the file's end (a damaged ``.gz``, a run of
+        #: blank lines over ``max_blank_lines``), or None: it read the whole file.
+        self.unread: str | None = None
+        self.max_blank_lines = _check_max_blank_lines(self.max_blank_lines)
         self.origins = LineIndex(self.path)
         if self.ts_format is not None and not isinstance(self.ts_format, str):
             raise ValueError(f"ts_format must be 'iso', a strptime format or None, "
@@ -402,7 +351,7 @@ class _FileSource(Source):
         DeadLetter) with its exact bytes; so does the tail of a damaged ``.gz`` file, after
         every line read before the damage (the line the damage cut short is its raw text).
         """
-        f, guard = _open_text(self.path)
+        f, guard = _open_text(self.path, self.max_blank_lines)
         lineno, tail = 0, ""
         with f:
             for lineno, line in enumerate(_bounded_lines(f), start=1):
@@ -428,7 +377,8 @@ class _FileSource(Source):
             else:
                 lineno += 1
         if guard is not None and guard.error is not None:
-            yield lineno, self._dead(_raw(tail), _damage_reason(guard.error, lineno - 1), lineno)
+            self.unread = _damage_reason(guard.error, lineno - 1)
+            yield lineno, self._dead(_raw(tail), self.unread, lineno)
 
     def _readable(self, whole_line: bool = True) -> str:
         """The first line (or only its first character), checked to be readable: raises
@@ -456,6 +406,7 @@ class _FileSource(Source):
                 ) -> Iterator[dict | DeadLetter]:
         """Yield the items of ``_iter`` (``(line, item)`` pairs), noting each one's line."""
         self.blank_lines = 0
+        self.unread = None
         self.origins = origins = LineIndex(self.path)
         with contextlib.closing(items):
             for n, (lineno, item) in enumerate(items):
@@ -503,6 +454,9 @@ class CsvSource(_FileSource):
     extra
         More columns copied into the record under their own names (numbers parsed,
         ``true``/``false`` as booleans), e.g. ``["train"]`` for evaluation-only rows.
+    max_blank_lines
+        More consecutive blank lines than this end the reading (the rest of the file is one
+        dead letter, reason ``blank: ...``); default a million, ``None`` no bound.
 
     Notes
     -----
@@ -535,8 +489,10 @@ class CsvSource(_FileSource):
     def __init__(self, path: str | os.PathLike, value: str | Sequence[str] = "value",
                  key: str | None = None, ts: str | None = None, y: str | None = None,
                  task: str | None = None, delimiter: str = ",", ts_format: str | None = None,
-                 annotations: Any = None, extra: Sequence[str] = ()):
+                 annotations: Any = None, extra: Sequence[str] = (),
+                 max_blank_lines: int | None = MAX_BLANK_LINES):
         self.path = _check_path(path)
+        self.max_blank_lines = max_blank_lines
         self.value = value
         self.key = key
         self.ts = ts
@@ -669,6 +625,9 @@ class JsonlSource(_FileSource):
         ``False`` (default): a value must be a JSON number (or a list of them); a string
         such as ``"1e5"`` or a boolean is a dead letter. ``True``: numeric strings and
         booleans are read as numbers (``true`` is 1.0), as a CSV cell is.
+    max_blank_lines
+        More consecutive blank lines than this end the reading (the rest of the file is one
+        dead letter, reason ``blank: ...``); default a million, ``None`` no bound.
 
     Notes
     -----
@@ -695,8 +654,10 @@ class JsonlSource(_FileSource):
     def __init__(self, path: str | os.PathLike, value: str | Sequence[str] = "value",
                  key: str | None = None, ts: str | None = None, y: str | None = None,
                  task: str | None = None, ts_format: str | None = None,
-                 annotations: Any = None, extra: Sequence[str] = (), loose: bool = False):
+                 annotations: Any = None, extra: Sequence[str] = (), loose: bool = False,
+                 max_blank_lines: int | None = MAX_BLANK_LINES):
         self.path = _check_path(path)
+        self.max_blank_lines = max_blank_lines
         self.value = value
         self.key = key
         self.ts = ts

@@ -307,12 +307,13 @@ def _chunks(src: JsonlSource, chunk_chars: int, reader: _Reader,
     """The chunks; with vectors, a chunk without rows gets ``values`` of shape ``(0, d)``
     (``d`` read ahead by :func:`_width` unless ``ahead`` is false: then ``(0, 0)``)."""
     src.blank_lines = 0
+    src.unread = None
 
     def block(text: str, first: int) -> tuple[ColumnChunk, int]:
         lines, _ = _split_lines(text)
         return reader.block(lines, first), len(lines)
 
-    f, guard = _open_text(src.path)
+    f, guard = _open_text(src.path, src.max_blank_lines)
     with f:
         chunks = _file_chunks(src, f, guard, 0, chunk_chars, block, reader.block)
         if not reader.vectors:
@@ -330,7 +331,7 @@ def _chunks(src: JsonlSource, chunk_chars: int, reader: _Reader,
 def _width(src: JsonlSource, chunk_chars: int) -> int:
     """The length of the first record's value (0 if there is none or it is not a vector),
     read ahead by another reader; ``src.blank_lines`` is kept."""
-    blanks = src.blank_lines
+    blanks, unread = src.blank_lines, src.unread
     reader = _Reader(src, True)
     it = _chunks(src, chunk_chars, reader, ahead=False)
     try:
@@ -341,7 +342,7 @@ def _width(src: JsonlSource, chunk_chars: int) -> int:
         pass  # (the reader may know d already: a key before any other record was unfit)
     finally:
         it.close()
-        src.blank_lines = blanks
+        src.blank_lines, src.unread = blanks, unread
     return reader.d or 0
 
 

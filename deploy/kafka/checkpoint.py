@@ -62,6 +62,19 @@ PATCH_BUDGET = 2.0
 MAX_PATCHES = 32
 
 
+#: What a group answers an offset commit of a member that is leaving while others join or
+#: leave: the commit is refused, the checkpoint's markers are already durable.
+_COMMIT_REFUSED = ("RebalanceInProgressError", "CommitFailedError", "IllegalGenerationError",
+                   "UnknownMemberIdError")
+
+
+class OffsetsNotCommitted(Exception):
+    """The final checkpoint is written (its markers are durable: the partitions' next owner
+    resumes from them, as restoring reads the markers) but the group refused its offset
+    commit, e.g. while another member left at the same moment; only the group's committed
+    offsets, what lag monitoring sees, are behind until that owner commits."""
+
+
 class StateLoadError(ValueError):
     """A restored key's state could not be loaded into its operator."""
 
@@ -219,6 +232,9 @@ class Checkpointer:
         #: consumer's I/O thread: a blocking consumer call there cannot complete). Restoring
         #: reads the markers, so a lost asynchronous commit only delays the group's lag view.
         self.async_commits = False
+        #: during the final checkpoint: the offset commits the group refused (see
+        #: :class:`OffsetsNotCommitted`), the other partitions' checkpoints going on
+        self._refused_commits: list[BaseException] | None = None
         self.metrics: Any = None  # told how long each checkpoint write took (optional)
         #: ``(task, future, what, offset) -> future or None``: the runner's handler of a large
         #: message the broker refused (it sends a dead letter instead and returns its future)
@@ -550,7 +566,7 @@ class Checkpointer:
         commit = {TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
                   for p, o in offsets.items()}
         if sync:
-            self.consumer.commit(commit)
+            self._commit_sync(commit)
         else:
             self.consumer.commit_async(commit, callback=self._commit_done)
         self._checkpointed(offsets)
@@ -565,18 +581,40 @@ class Checkpointer:
         self.summary.last_checkpoint_unix = time.time()
         self.summary.last_checkpoint_offsets.update({str(p): o for p, o in offsets.items()})
 
-    def checkpoint(self, partitions: list[int]) -> None:
+    def checkpoint(self, partitions: list[int], final: bool = False) -> None:
         """Checkpoint ``partitions`` now and wait until it is committed (revoke, shutdown,
         and every exactly-once checkpoint: entries, markers and offsets in one transaction).
 
-        May raise kafka-python errors; the previous checkpoint then still holds."""
+        May raise kafka-python errors; the previous checkpoint then still holds. ``final``
+        (at-least-once, on shutdown): an offset commit the group refuses (a rebalance under
+        way) does not stop the checkpoints of the other partitions, and is raised at the end
+        as :class:`OffsetsNotCommitted` (the markers are written: nothing is processed
+        again)."""
         t0 = time.monotonic()
         tasks = [self.tasks[p] for p in partitions if p in self.tasks]
+        self._refused_commits = [] if final and not self.eos else None
         try:
             self._checkpoint_now(tasks)
+            refused = self._refused_commits
+            if refused:
+                exc = refused[-1]
+                raise OffsetsNotCommitted(f"{type(exc).__name__}: {exc}") from exc
         finally:
+            self._refused_commits = None
             if tasks and self.metrics is not None:
                 self.metrics.checkpoint(time.monotonic() - t0)
+
+    def _commit_sync(self, offsets: dict) -> None:
+        """``consumer.commit(offsets)``; in a final checkpoint, a refusal is noted instead."""
+        if self._refused_commits is None:
+            self.consumer.commit(offsets)
+            return
+        try:
+            self.consumer.commit(offsets)
+        except Exception as exc:
+            if type(exc).__name__ not in _COMMIT_REFUSED:
+                raise
+            self._refused_commits.append(exc)
 
     def _checkpoint_now(self, tasks: list[PartitionTask]) -> None:
         from kafka import OffsetAndMetadata, TopicPartition
@@ -599,7 +637,7 @@ class Checkpointer:
                 if self.async_commits:
                     self.consumer.commit_async(offsets, callback=self._commit_done)
                 else:
-                    self.consumer.commit(offsets)
+                    self._commit_sync(offsets)
             return
         if not self.in_txn:
             self.producer.begin_transaction()

@@ -68,7 +68,7 @@ from shiftwatch.deploy.kafka.assignment import (
     operator_params,
 )
 from shiftwatch.deploy.kafka.changelog import ChangelogReader
-from shiftwatch.deploy.kafka.checkpoint import Checkpointer, PartitionTask
+from shiftwatch.deploy.kafka.checkpoint import Checkpointer, OffsetsNotCommitted, PartitionTask
 from shiftwatch.deploy.kafka.clients import check_client, client_kind
 from shiftwatch.deploy.kafka.connect import SessionLost, lost_cluster
 from shiftwatch.deploy.kafka.coverage import CoverageCheck
@@ -476,7 +476,13 @@ class StageRunner(ClusterSession, PartitionAssignment, CoverageCheck):
                     self._finish_pending()
                 else:
                     try:
-                        self.checkpointer.checkpoint(list(self._tasks))
+                        self.checkpointer.checkpoint(list(self._tasks), final=True)
+                    except OffsetsNotCommitted as exc:  # written; only the group's view lags
+                        log.warning("stage %s: the final checkpoint is written but the group "
+                                    "refused its offset commit (%s): the partitions' next "
+                                    "owner resumes from the checkpoint; the group's committed "
+                                    "offsets (lag) catch up when it commits",
+                                    self.stage.name, exc)
                     except Exception as exc:
                         self.incomplete = self.incomplete or (
                             f"stage {self.stage.name}: final checkpoint failed "
