@@ -64,6 +64,7 @@ def fresh_false_alarms(operator: str, params: dict, law: str, streams: int, leng
     ("karcher", "threshold", "smaller"),
     ("shape", "threshold", "smaller"),
     ("auto", "strictness", "smaller"),
+    ("class", "threshold", "larger"),
 ])
 def test_detectors_declare_their_sensitivity(name, param, direction):
     sens = sensitivity_of(name)
@@ -169,6 +170,32 @@ def test_calibrated_detector_keeps_the_budget_on_fresh_streams(operator, law,
         assert cal.chosen == most and rate < BUDGET / 10
         return
     assert rate >= BUDGET / 10, f"needlessly conservative: {rate:.2e} for {BUDGET:.2e}"
+
+
+def _sine(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A noisy periodic signal (period 37, random phase): what ``class`` segments."""
+    t = np.arange(n) + rng.integers(0, 37)
+    return np.sin(2 * np.pi * t / 37) + 0.3 * rng.normal(size=n)
+
+
+def test_calibrated_class_keeps_the_budget_on_fresh_periodic_streams():
+    # ClaSS on a stationary periodic stream: the significance threshold that fits one false
+    # alarm in 2,000 records on the history holds on fresh streams of the same law.
+    budget = 1 / 2000
+    cal = calibrate([{"value": float(v)} for v in _sine(6000, np.random.default_rng(11))],
+                    "class", {}, budget=budget, length=6000, grid=5, delay_runs=0, seed=1)
+    assert cal.param == "threshold" and cal.chosen is not None
+    assert 1e-200 < cal.chosen < 1e-3  # inside the range: the budget binds
+    rng = np.random.default_rng(1234)
+    alarms = n = 0
+    for _ in range(6):
+        op = create("class", **cal.chosen_params)
+        alarms += sum(bool(o["alarm"]) for o in op.process_batch(
+            [{"value": float(v)} for v in _sine(6000, rng)]))
+        n += 6000
+    lo99, _ = garwood_interval(alarms, n, level=0.98)
+    print(f"class: threshold={cal.chosen:.3g}, observed {alarms}/{n}, budget {budget:.2e}")
+    assert lo99 <= budget
 
 
 def test_an_iid_resampler_would_break_the_budget_on_ar1():
