@@ -41,9 +41,11 @@ class KarcherOperator(Operator):
     (75 samples at the default steps; ``burn_in=400`` is the paper's), and the estimates
     start warm (``warm_start``). The default threshold is ``"calibrated"`` (average run length
     ``target_arl=1000`` on change-free input, fitted on the ``calibration=500`` records after
-    the burn-in, which cannot alarm): a stream needs more than 575 records before its first
-    alarm. For shorter streams pass ``threshold="adaptive"`` (the authors' rule, alarms from
-    the 76th record, with no stated false-alarm rate), a smaller ``calibration``, or a number.
+    the burn-in, which cannot alarm, and raised by ``calibration_margin=1`` standard errors of
+    its own estimate so that it holds in long runs on most streams): a stream needs more than
+    575 records before its first alarm. For shorter streams pass ``threshold="adaptive"``
+    (the authors' rule, alarms from the 76th record, with no stated false-alarm rate), a
+    smaller ``calibration``, or a number.
 
     **Locating** (``locate=True``). The operator keeps the last ``locate_window`` points
     since the previous located change (a :class:`~shiftwatch.operators.locate.ValueWindow`
@@ -96,7 +98,8 @@ class KarcherOperator(Operator):
                  update: str = "exp", adapt_rate: float = 0.005, adapt_k: float = 1.64,
                  target_arl: float = 1000.0, calibration: int = 500,
                  reset_on_alarm: bool = True, warm_start: bool = True, field: str = "value",
-                 locate: bool = True, locate_window: int = 500, restart: bool = False):
+                 locate: bool = True, locate_window: int = 500, restart: bool = False,
+                 calibration_margin: float = 1.0):
         self.manifold = manifold
         self.step_slow = step_slow
         self.step_fast = step_fast
@@ -113,6 +116,7 @@ class KarcherOperator(Operator):
         self.locate = locate
         self.locate_window = locate_window
         self.restart = restart
+        self.calibration_margin = calibration_margin
         self._validate_params()
         self._reset()
 
