@@ -65,6 +65,7 @@ ZERO = "zero (no alarm)"
 ADAPTIVE = "karcher chain (threshold=adaptive)"
 AUTO_PERIOD = "auto (multichannel=period)"
 AUTO_RELAY = "auto (level=relay)"
+AUTO_CLASS = "auto (period=class)"
 SHAPE_ASYM = "shape (asymmetry=True)"
 
 
@@ -89,6 +90,7 @@ def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
         "auto": [("auto", {})],
         AUTO_PERIOD: [("auto", {"multichannel": "period"})],
         AUTO_RELAY: [("auto", {"level": "relay"})],
+        AUTO_CLASS: [("auto", {"period": "class"})],
     }
 
 

@@ -47,6 +47,8 @@ CLEAR_RULES = ("fft", "acf")
 _CARRY = ("alarm", "statistic", "threshold", "change_at", "change_ts", "changes_at",
           "coordinates")
 _ROUTES = ("deciding", "shape", "level")
+#: The period route's detectors (``period=``).
+_PERIODS = ("shape", "class")
 _MULTI = ("period", "level")
 #: The routes' own defaults that ``strictness`` scales, read once from the operators.
 _DEFAULTS: dict[tuple[str, str], Any] = {}
@@ -70,7 +72,8 @@ class AutoDetect(Operator):
     per key on its first records (see the module docstring for the rule).
 
     Outputs carry what the detector that made them writes (``alarm``, ``statistic``,
-    ``change_at``, ...) and ``route``: ``"level"`` or ``"shape"`` (which one made it).
+    ``change_at``, ...) and ``route``: ``"level"``, or ``"shape"`` (``"class"`` with
+    ``period="class"``): which one made it.
 
     Parameters
     ----------
@@ -84,7 +87,15 @@ class AutoDetect(Operator):
         ``benchmarks/results/auto.md``).
     shape_params
         Parameters of ``shape`` (its ``burn_in``, ``burn_in_min``, ``min_acf`` and ``p_min``
-        also set the routing checkpoints and test).
+        also set the routing checkpoints and test, whichever ``period`` detector runs).
+    period
+        The detector of the keys with a clear period: ``"shape"`` (default) or ``"class"``
+        (ClaSS, which replays the key's first records like ``shape``; it needs its own
+        warm-up, 500 records, so a short key routed to it cannot alarm). Decided on the
+        development data by a rule declared before the scores
+        (``benchmarks/results/auto.md``, "The period route: shape or class").
+    class_params
+        Parameters of ``class`` with ``period="class"``.
     level_params
         Parameters of the level detector, River's ADWIN (e.g. ``{"delta": 0.002}``).
     level
@@ -135,13 +146,16 @@ class AutoDetect(Operator):
 
     def __init__(self, field: str = "value", multichannel: str = "level",
                  shape_params: Mapping | None = None, level_params: Mapping | None = None,
-                 level: str = "adwin", strictness: float = 1.0):
+                 level: str = "adwin", strictness: float = 1.0, period: str = "shape",
+                 class_params: Mapping | None = None):
         self.field = field
         self.multichannel = multichannel
         self.level = level
         self.strictness = strictness
         self.shape_params = shape_params
         self.level_params = level_params
+        self.period = period
+        self.class_params = class_params
         self._validate_params()
         self._reset()
 
@@ -152,6 +166,8 @@ class AutoDetect(Operator):
             raise ValueError(f"multichannel must be one of {_MULTI}, got {self.multichannel!r}")
         if self.level not in LEVELS:
             raise ValueError(f"level must be one of {LEVELS}, got {self.level!r}")
+        if self.period not in _PERIODS:
+            raise ValueError(f"period must be one of {_PERIODS}, got {self.period!r}")
         k = self.strictness
         if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)) \
                 or not (np.isfinite(k) and k > 0):
@@ -160,7 +176,7 @@ class AutoDetect(Operator):
             raise ValueError("strictness needs a numeric shape threshold (shape_params has "
                              "threshold='null'); set the rate false_alarms_per_100_periods "
                              "instead")
-        for name in ("shape_params", "level_params"):
+        for name in ("shape_params", "level_params", "class_params"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, Mapping):
                 raise ValueError(f"{name} must be a mapping of parameters, got {v!r}")
@@ -172,7 +188,8 @@ class AutoDetect(Operator):
     def _base(self, name: str, param: str) -> Any:
         """The value of ``param`` the route ``name`` gets before ``strictness``: the user's
         (``shape_params``/``level_params``) or the operator's default."""
-        given = {"shape": self.shape_params, "river:ADWIN": self.level_params}.get(name)
+        given = {"shape": self.shape_params, "river:ADWIN": self.level_params,
+                 "class": self.class_params}.get(name)
         if given and param in given:
             return given[param]
         if (name, param) not in _DEFAULTS:
@@ -180,6 +197,12 @@ class AutoDetect(Operator):
         return _DEFAULTS[(name, param)]
 
     def _new_shape(self) -> Operator:
+        """The period route's detector (``shape``, or ``class`` with ``period="class"``)."""
+        if self.period == "class":
+            params = dict(self.class_params or {})
+            if self.strictness != 1:  # a p-value: raised to the power, as ADWIN's delta
+                params["threshold"] = float(self._base("class", "threshold")) ** self.strictness
+            return create("class", **params)
         params = dict(self.shape_params or {})
         if self.strictness != 1:  # a threshold on Z, a squared distance: times strictness
             params["threshold"] = float(self._base("shape", "threshold")) * self.strictness
@@ -209,7 +232,7 @@ class AutoDetect(Operator):
         return min(got) if got else None
 
     def _routing(self) -> dict:
-        p = self._new_shape().all_params()
+        p = create("shape", **(self.shape_params or {})).all_params()
         return {k: p[k] for k in ("burn_in", "burn_in_min", "min_acf", "p_min")}
 
     def _reset(self) -> None:
@@ -383,7 +406,7 @@ class AutoDetect(Operator):
             inner = self._run_level(rec)
         else:
             inner = self._decide(record, x, rec)
-        route = "shape" if self._route == "shape" else "level"
+        route = self.period if self._route == "shape" else "level"
         out = self._output(record, route=route)
         for f in _CARRY:
             if f in inner:
@@ -432,7 +455,8 @@ class AutoDetect(Operator):
             if not isinstance(o, dict):  # the inner detector refused what _read took
                 out.append(self._dead_letter(record, BadInput(o.reason)))
                 continue
-            res = self._output(record, route=self._route)
+            res = self._output(record, route=self.period if self._route == "shape"
+                               else self._route)
             for f in _CARRY:
                 if f in o:
                     res[f] = o[f]
@@ -470,6 +494,7 @@ class AutoDetect(Operator):
         yield {"multichannel": "period", "level_params": {"delta": 0.01}}
         yield {"level": "relay"}
         yield {"level": "handover", "multichannel": "period"}
+        yield {"period": "class", "class_params": {"window": 400, "n_warmup": 100}}
 
     @classmethod
     def _test_stream(cls, params: dict, n: int = 600, seed: int = 0) -> list[dict]:
