@@ -13,7 +13,10 @@ own virtual environment by ``benchmarks/peers/peer_env.py``) on
 * ``tssb-dev.json``: 25 TSSB series (changes of shape, period, correlation), univariate;
 * ``mocap6.json``: 6 CMU motion-capture sequences, 12 channels;
 * River's TCPD series (``Occupancy``, ``RunLog``, ``AirlinePassengers``, ``Bitcoin``,
-  ``UKCoalEmploy``), all annotators.
+  ``UKCoalEmploy``), all annotators;
+* ``benchmarks/data/mts-dev.json``: 20 multichannel series built by
+  ``benchmarks/build_mts_dev.py`` from recordings aeon ships (10 of BasicMotions, 6 channels,
+  segments of 100; 10 of JapaneseVowels, 12 channels, segments of 7-29).
 
 Every detector runs with its defaults (KSWIN with ``seed=7``) behind ``standardize`` (burn-in
 30) where it needs a scale (``shape`` and ClaSS take the raw series). Alarms are scored at
@@ -36,10 +39,11 @@ which TCPDBench's F1 adds to both, is left out of the counts).
 
 ``--only`` runs a subset of the detectors (names as in the tables, ``ClaSS`` included; never
 alarming is always scored), ``--sets`` a subset of the data sets (``tssb-dev``, ``mocap6``,
-``tcpd``). A full run writes ``benchmarks/results/realdata.md`` and ``realdata.json``; a
-subset run prints its tables and writes only with ``--out``. ``--compare`` puts a table of the
-summary rows that moved against an earlier ``realdata.json`` in the results; ``--note`` adds
-a hand-written markdown file (the reading of this run) to them.
+``tcpd``, ``mts-dev``). A full run writes ``benchmarks/results/realdata.md`` and
+``realdata.json``; a subset run prints its tables and writes only with ``--out``.
+``--compare`` puts a table of the summary rows that moved against an earlier
+``realdata.json`` in the results; ``--note`` adds a hand-written markdown file (the reading
+of this run) to them.
 
 ``../shared/data`` holds development data (for choosing); the held-out series are not in the
 repository.
@@ -96,7 +100,10 @@ def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
 
 DETECTOR_NAMES = [ZERO, *detectors(1), "ClaSS"]
 LEVEL = ["river:ADWIN", "river:PageHinkley", "river:KSWIN", "cs"]
-SETS = {"tssb-dev": "tssb-dev", "mocap6": "mocap6", "tcpd": "TCPD (River)"}
+SETS = {"tssb-dev": "tssb-dev", "mocap6": "mocap6", "tcpd": "TCPD (River)",
+        "mts-dev": "mts-dev"}
+#: multichannel series built from recordings aeon ships (benchmarks/build_mts_dev.py)
+MTS_DEV = ROOT / "benchmarks" / "data" / "mts-dev.json"
 
 
 def load(data: Path, sets: list[str]) -> dict[str, list[dict]]:
@@ -109,6 +116,11 @@ def load(data: Path, sets: list[str]) -> dict[str, list[dict]]:
             doc = json.loads((data / file).read_text())["series"]
             out[SETS[key]] = [{"name": s["name"], "values": np.asarray(s["values"], dtype=float),
                                "annotations": {"0": list(s["cps"])}, "n": s["n"]} for s in doc]
+    if "mts-dev" in sets:
+        doc = json.loads(MTS_DEV.read_text())["series"]
+        out[SETS["mts-dev"]] = [{"name": s["name"], "values": np.asarray(s["values"], dtype=float),
+                                 "annotations": {"0": list(s["annotations"]["truth"])},
+                                 "n": s["n"]} for s in doc]
     if "tcpd" in sets:
         tcpd = []
         for name in TCPD:
@@ -554,13 +566,17 @@ def main(argv=None) -> int:
         "`evaluate_detector`'s: several annotators' points merged within 5). "
         "records/s: the operators alone (micro-batches of 1,000), ClaSS its own update loop, "
         "on this machine in this run. `karcher chain` runs with the `karcher` default "
-        "(`threshold=\"calibrated\"` since issue 36 item 6), `karcher chain "
+        "(`threshold=\"calibrated\"` since issue 36 item 6, `calibration_margin=1` since "
+        "issue 48), `karcher chain "
         "(threshold=adaptive)` with the default before it. `auto` runs with its defaults "
         "(`multichannel=\"level\"`: multichannel keys go to the level detector), `auto "
         "(multichannel=period)` with the variant the choice of that default rejected "
         "(`benchmarks/results/auto.md`), `auto (level=relay)` with the level route that "
         "lets `cs` judge once its burn-in is over (an option; rejected as the default by its "
-        "declared rule, auto.md). `shape` runs with its default `threshold=6.0`; `shape "
+        "declared rule, auto.md), `auto (period=class)` with `class` as the period route "
+        "(an option; rejected as the default by its declared rule, auto.md). `class` runs "
+        "with its defaults (ClaSS written here; `n_warmup=500`, clasp.md). "
+        "`shape` runs with its default `threshold=6.0`; `shape "
         "(asymmetry=True)` adds the time-asymmetry scan (an option; rejected as the default "
         "by its declared rule, shape.md); `threshold=\"null\"` is in "
         "`benchmarks/results/shape.md`.",
