@@ -12,6 +12,7 @@ import pytest
 from river import checks, drift, forest, tree
 from river.datasets import synth
 
+from shiftwatch.operators.clasp.detector import ClassDetector
 from shiftwatch.operators.confseq.detector import ConfSeqDetector
 from shiftwatch.operators.drift_detector import NotANumber
 from shiftwatch.operators.riemannian.karcher import KarcherDetector
@@ -24,6 +25,7 @@ DETECTORS = {
     "cs-betting": lambda: ConfSeqDetector(cs="betting", lower=-10.0, upper=10.0),
     "karcher": lambda: KarcherDetector("spd", threshold=0.35, update="retraction"),
     "shape": lambda: ShapeDetector(),
+    "class": lambda: ClassDetector(window=1000, n_warmup=200),
 }
 
 
@@ -49,7 +51,7 @@ def _streams(name: str) -> tuple[list, int]:
     """A stream with a change for each detector, and where to clone it."""
     if name == "karcher":
         return [r["value"] for r in WishartSPDStream(n=1000, change_point=600, seed=1)], 300
-    if name == "shape":
+    if name in ("shape", "class"):
         rng = np.random.default_rng(1)
         t = np.arange(3000)
         y = np.where(t < 1500, np.sin(2 * np.pi * t / 10), np.sin(2 * np.pi * t / 17))
