@@ -532,7 +532,8 @@ def test_both_reset_periods_cannot_be_given():
 def test_default_reset_period_is_two_ema_horizons_in_records():
     op = HareTortoise(in_dim=3, n_classes=2)
     assert op.reset_every is None and op.reset_every_records is None
-    assert op.reset_period_records == 2 * 32 * 100  # m = 0.99: 100 steps of 32 records
+    assert op.batch_size == 8 and op.replay_ratio == 1  # the update budget 1/8 (issue 49)
+    assert op.reset_period_records == 2 * 8 * 100  # m = 0.99: 100 steps of 8 records
     assert HareTortoise(in_dim=3, n_classes=2, ema_momentum=0.9, batch_size=8,
                         replay_ratio=2).reset_period_records == 80  # 20 steps of 4 new records
     assert HareTortoise(in_dim=3, n_classes=2, reset_every_records=77).reset_period_records == 77
