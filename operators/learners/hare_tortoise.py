@@ -332,8 +332,7 @@ class HareTortoise(Operator):
         self._tortoise = copy.deepcopy(self._hare) if has_tortoise else None
         if self._tortoise is not None:
             self._tortoise.requires_grad_(False)
-        self._opt = torch.optim.AdamW(self._hare.parameters(), lr=self.lr,
-                                      weight_decay=self.weight_decay)
+        self._opt = self._adamw()
         self._dtype = next(self._hare.parameters()).dtype
         np_dtype = torch.empty((), dtype=self._dtype).numpy().dtype
         # Labelled training records, offered once their micro-batch has been trained on.
@@ -372,6 +371,18 @@ class HareTortoise(Operator):
         self._hare.eval()
         if t is not None:
             t.eval()
+
+    def _adamw(self) -> Any:
+        """The Hare's AdamW, fused (one kernel over all parameters: the same update as the
+        per-tensor loop, at a third less time per step on the default MLP) when torch can fuse
+        it for these parameters."""
+        torch = _torch()
+        try:
+            return torch.optim.AdamW(self._hare.parameters(), lr=self.lr,
+                                     weight_decay=self.weight_decay, fused=True)
+        except (RuntimeError, ValueError):  # (parameters of a kind the fused kernel refuses)
+            return torch.optim.AdamW(self._hare.parameters(), lr=self.lr,
+                                     weight_decay=self.weight_decay)
 
     def _build(self) -> Any:
         """A freshly initialised network, its randomness drawn from the operator's generator."""
@@ -425,7 +436,10 @@ class HareTortoise(Operator):
         self._hare.load_state_dict(s["hare"])
         if self._tortoise is not None:
             self._tortoise.load_state_dict(s["tortoise"])
+        fused = [g.get("fused") for g in self._opt.param_groups]
         self._opt.load_state_dict(s["optimizer"])
+        for g, f in zip(self._opt.param_groups, fused, strict=False):
+            g["fused"] = f  # (a state saved by the unfused optimiser runs fused from here)
         self._gen.set_state(s["rng"])
         n, b = len(s["buffer_y"]), len(s["batch_y"])
         if n > self.buffer_size or b >= self.batch_size:
@@ -631,8 +645,7 @@ class HareTortoise(Operator):
             if self._tortoise is not None:  # the Tortoise restarts from the reset Hare
                 for t, h in zip(self._tort_all, self._hare_all, strict=True):
                     t.copy_(h)
-        self._opt = torch.optim.AdamW(self._hare.parameters(), lr=self.lr,
-                                      weight_decay=self.weight_decay)
+        self._opt = self._adamw()
         self._opt_steps = 0
         self._since_reset = 0
         self._replay.clear()
@@ -671,15 +684,17 @@ class HareTortoise(Operator):
     def _step(self, x: Any, y: Any) -> None:
         """One optimiser step on (x, y), then the EMA and, when due, the reset."""
         hare = self._hare
-        hare.train()
-        try:
-            if self.model is None:  # the default MLP draws no random numbers in training
-                self._gradient_step(x, y)
-            else:
+        if self.model is None:
+            # The default MLP (Linear and ReLU) computes the same in train and eval mode and
+            # draws no random numbers in training: no mode switch, no seeded scope.
+            self._gradient_step(x, y)
+        else:
+            hare.train()
+            try:
                 with seeded_init(self._gen):
                     self._gradient_step(x, y)
-        finally:
-            hare.eval()
+            finally:
+                hare.eval()
         self._n_steps += 1
         self._version += 1
         if self._tortoise is not None:

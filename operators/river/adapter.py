@@ -506,13 +506,15 @@ class RiverDetector(Operator):
 
     def process(self, record: Mapping) -> list[dict]:
         det = self._detector
-        if det is not None and type(record) is dict and not self.binary and "." not in self.field:
-            # The hot path (a scalar detector already running, a float within max_abs) skips
-            # the general checks; anything else takes the slow path below.
+        if det is not None and type(record) is dict and "." not in self.field:
+            # The hot path (a scalar detector already running, a float within max_abs, 0.0 or
+            # 1.0 for a binary one) skips the general checks; anything else takes the slow
+            # path below.
             raw = record.get(self.field)
             hi = self.max_abs
-            if type(raw) is float and -hi <= raw <= hi:
-                det.update(raw)
+            if type(raw) is float and -hi <= raw <= hi and (
+                    not self.binary or raw == 0.0 or raw == 1.0):
+                det.update(int(raw) if self.binary else raw)
                 window = self._window
                 if window is not None:
                     window.push(raw, numeric_ts(record))

@@ -633,3 +633,24 @@ def test_defaults_run_the_inner_detector_and_reset_after_a_label_permutation():
         return np.mean([r["y_pred"] == r["y"] for r in o[700:900]])
 
     assert acc(outs) > acc(plain_outs), (acc(outs), acc(plain_outs))
+
+
+def test_the_optimiser_is_fused_and_a_state_of_the_unfused_one_resumes_fused():
+    op = create("hare-tortoise", **SMALL)
+    assert op._opt.param_groups[0]["fused"] is True
+    # A state written by an operator whose AdamW was the per-tensor loop (before fusing).
+    old = create("hare-tortoise", **SMALL)
+    old._opt = torch.optim.AdamW(old.hare.parameters(), lr=old.lr,
+                                 weight_decay=old.weight_decay)
+    records = stream(n=300)
+    run(old, records[:150])
+    state = loads_state(dumps_state(old.state_dict()))
+    assert not state["state"]["optimizer"]["param_groups"][0].get("fused")
+    new = create("hare-tortoise", **SMALL)
+    new.load_state_dict(state)
+    assert new._opt.param_groups[0]["fused"] is True
+    # The fused update is the same AdamW: the two continue to the same predictions.
+    a, b = run(old, records[150:]), run(new, records[150:])
+    assert [o["y_pred"] for o in a] == [o["y_pred"] for o in b]
+    for p, q in zip(old.hare.parameters(), new.hare.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-5)

@@ -286,3 +286,19 @@ def test_locate_parameter_errors(bad):
     name = next(iter(bad))
     with pytest.raises(ValueError, match=name):
         create("river:ADWIN", **bad)
+
+
+@pytest.mark.parametrize("name", ["river:DDM", "river:EDDM", "river:HDDM_A"])
+def test_binary_hot_path_gives_the_slow_paths_outputs(name):
+    """Floats 0.0/1.0 take the hot path of a binary detector; ints, bools and anything else
+    the checked one. Both give the same outputs, and a float other than 0/1 is refused."""
+    rng = np.random.default_rng(3)
+    errors = np.r_[rng.random(600) < 0.1, rng.random(600) < 0.5].astype(int)
+    fast, slow = create(name), create(name)
+    got = [fast.process({"value": float(e), "ts": float(i)}) for i, e in enumerate(errors)]
+    want = [slow.process({"value": int(e) if i % 2 else bool(e), "ts": float(i)})
+            for i, e in enumerate(errors)]
+    assert got == want and any(o[0]["alarm"] for o in got)
+    with pytest.raises(BadInput, match="0/1"):
+        fast.process({"value": 0.5})
+    assert dumps_state(fast.state_dict()) == dumps_state(slow.state_dict())
