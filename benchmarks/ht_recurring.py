@@ -11,8 +11,9 @@ digits), in segments of 2,000 records. ``recurring``: the labels pass through ma
 identity) and mapping B (a permutation without fixed points, ``ht_defaults.derangement``) in
 turn, A B A B ..., so every concept from the third segment on has been seen before.
 ``stationary``: mapping A throughout. With the defaults the periodic reset comes every 1,600
-labelled records (``reset_period_records``), so each stream has >= 12 periodic resets (12.5x
-the cadence) besides DDM's; the counts are in the results.
+labelled records (``reset_period_records``), so a stream is 12.5x the cadence; a DDM alarm
+reset also restarts the period's count, so on the recurring streams most resets are DDM's at
+the mapping switches (the counts of both are in the results).
 
 Scores: (r) accuracy over the first 200 records of each recurring segment (segments 3-10:
 how fast a concept seen before comes back); (s) accuracy over the second half of every
