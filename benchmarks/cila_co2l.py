@@ -547,8 +547,10 @@ def report(state: dict, a: argparse.Namespace) -> None:
 # ---- main --------------------------------------------------------------------------------
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_protocol_args(p: argparse.ArgumentParser) -> None:
+    """The protocol's options (seeds, kappas, epochs, network, losses, augmentations, probe,
+    split, phases), shared with ``cila_forgetting.py``; the buffer and outputs are each
+    script's own."""
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     p.add_argument("--tune-seeds", type=int, nargs="+", default=[100, 101, 102])
     p.add_argument("--kappas", type=float, nargs="+", default=[5.0, 10.0, 20.0, 40.0, 80.0])
@@ -558,7 +560,6 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--proj", type=int, default=128)
-    p.add_argument("--buffer", type=int, default=200)
     p.add_argument("--temperature", type=float, default=0.5)
     p.add_argument("--ird-temperature", type=float, default=0.2)
     p.add_argument("--ird-temperature-prev", type=float, default=0.01)
@@ -573,6 +574,12 @@ def main() -> None:
     p.add_argument("--phases", nargs="+", default=["pilot", "kappa", "main"],
                    help="any of pilot, kappa, main; 'report' alone rewrites the .md "
                    "from the .json (with --resume)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_protocol_args(p)
+    p.add_argument("--buffer", type=int, default=200)
     p.add_argument("--out", default="cila_co2l")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--outdir", type=Path, default=RESULTS)

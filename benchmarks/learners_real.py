@@ -102,7 +102,7 @@ def run_seed(seed: int, deep_river: bool) -> dict:
     streams = make_streams(seed)
     for name, s in streams.items():
         xs, y = s["xs"], s["y"]
-        z = S.standardised(xs)
+        z = s["z"] = S.standardised(xs)
         k = 10 if name.startswith("digits") else int(y.max()) + 1
         r: dict = {}
         for arm in (HT, PLAIN, CILA):
@@ -117,18 +117,13 @@ def run_seed(seed: int, deep_river: bool) -> dict:
             r[arm] = {**score(L.hits_of(preds, y), s["change"]), "records_per_s": len(y) / wall}
         for arm, model in ((ARF, forest.ARFClassifier(seed=seed)),
                            (HAT, tree.HoeffdingAdaptiveTreeClassifier(seed=seed))):
-            preds = []
-            t = time.perf_counter()
-            for xi, yi in zip(xs, y.tolist(), strict=True):
-                preds.append(model.predict_one(xi))
-                model.learn_one(xi, yi)
-            wall = time.perf_counter() - t
+            preds, wall = L.run_river_dicts(model, xs, y)
             r[arm] = {**score(L.hits_of(preds, y), s["change"]), "records_per_s": len(y) / wall}
         res[name] = r
     if deep_river:
         from deep_river_env import run_deep_river
 
-        doc = run_deep_river([{"name": n, "x": S.standardised(s["xs"]).tolist(),
+        doc = run_deep_river([{"name": n, "x": s["z"].tolist(),
                                "y": s["y"].tolist()} for n, s in streams.items()], seed)
         for d in doc["results"]:
             s = streams[d["name"]]

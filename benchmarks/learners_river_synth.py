@@ -124,12 +124,7 @@ def run(name: str, kind: str, s: int, n: int) -> dict:
         out[arm] = {**scores(L.hits_of(preds, y), n), "records_per_s": n / wall}
     for arm, model in (("River ARF", forest.ARFClassifier(seed=s)),
                        ("River HAT", tree.HoeffdingAdaptiveTreeClassifier(seed=s))):
-        preds = []
-        t = time.perf_counter()
-        for xi, yi in zip(xs, y.tolist(), strict=True):
-            preds.append(model.predict_one(xi))
-            model.learn_one(xi, yi)
-        wall = time.perf_counter() - t
+        preds, wall = L.run_river_dicts(model, xs, y)
         out[arm] = {**scores(L.hits_of(preds, y), n), "records_per_s": n / wall}
     return out
 

@@ -176,7 +176,12 @@ def run_operator(op: Any, x: np.ndarray, y: np.ndarray) -> tuple[list, float]:
 
 
 def run_river(model: Any, x: np.ndarray, y: np.ndarray) -> tuple[list, float]:
-    xs = [dict(enumerate(v.tolist())) for v in x]
+    return run_river_dicts(model, [dict(enumerate(v.tolist())) for v in x], y)
+
+
+def run_river_dicts(model: Any, xs: list[dict], y: np.ndarray) -> tuple[list, float]:
+    """Test-then-train of a River model over feature dicts: the predictions and the seconds
+    spent in ``predict_one`` + ``learn_one``."""
     ys = [int(c) for c in y]
     preds: list = []
     t = time.perf_counter()
