@@ -23,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.learners.ht_support import CheckSuiteHooks, reset_head, validate_params
+from shiftwatch.operators.learners.ht_support import (
+    RESET_TO,
+    CheckSuiteHooks,
+    reset_head,
+    validate_params,
+)
 from shiftwatch.operators.learners.replay import Reservoir
 from shiftwatch.operators.learners.torch_nets import (
     FLOAT32_MAX_ABS,
@@ -101,7 +106,9 @@ class HareTortoise(Operator):
     record's ``y``, else ``0.0``), resets the learner after the record is predicted and before
     it is learned: ``reset_to="tortoise"`` sets the Hare to the Tortoise (a method without a
     Tortoise keeps its network), ``"head"`` re-initialises the Hare's last layer with
-    parameters, ``"full"`` the whole Hare; the Tortoise is then set to the Hare. Every alarm
+    parameters, ``"full"`` the whole Hare, ``"keep"`` keeps the Hare's weights (for an alarm
+    on the inputs: the classes are the same, the records replayed are not); the Tortoise is
+    then set to the Hare. Every alarm
     reset also gives the Hare a fresh AdamW optimiser whose learning rate rises linearly over
     ``reset_lr_warmup`` steps (``lr * (s + 1) / W`` at its step ``s < W``; the authors give
     each phase a fresh optimiser with a linear warm-up), empties the replay buffer (its
@@ -195,8 +202,15 @@ class HareTortoise(Operator):
     reset_to
         What an alarm resets: ``"tortoise"`` (the Hare is set to the Tortoise; a method
         without one keeps its network), ``"head"`` (the Hare's last layer with parameters is
-        re-initialised) or ``"full"`` (the whole Hare is); then the Tortoise is set to the
-        Hare and the optimiser is fresh.
+        re-initialised), ``"full"`` (the whole Hare is) or ``"keep"`` (no weight changes);
+        then the Tortoise is set to the Hare, the optimiser is fresh and the replay buffer
+        empty.
+    input_reset_to
+        What the record's own ``alarm`` field (a detector chained before, watching the
+        inputs) resets, one of ``reset_to``'s values; ``None`` (the default): ``reset_to``.
+        The inner ``detector``'s alarms always reset ``reset_to``, and win when both fire on
+        one record. ``"keep"`` suits a change of the inputs alone (the same classes seen
+        through other features): ``benchmarks/results/ht_input_resets.md``.
     detector
         A registered change detector (default ``"river:DDM"``; ``None`` for none) run inside
         the operator on the 0/1 loss of every labelled record when ``reset_on="alarm"``; its
@@ -280,6 +294,7 @@ class HareTortoise(Operator):
         predict_with: str = "hare",
         reset_on: str | None = "alarm",
         reset_to: str = "head",
+        input_reset_to: str | None = None,
         detector: str | None = "river:DDM",
         detector_params: Mapping[str, Any] | None = None,
         min_reset_gap: int = 200,
@@ -308,6 +323,7 @@ class HareTortoise(Operator):
         self.predict_with = predict_with
         self.reset_on = reset_on
         self.reset_to = reset_to
+        self.input_reset_to = input_reset_to
         self.detector = detector
         self.detector_params = detector_params
         self.min_reset_gap = min_reset_gap
@@ -614,30 +630,35 @@ class HareTortoise(Operator):
 
     def _learn_record(self, record: Mapping, parsed: tuple, y_pred: int) -> None:
         x, y, train, alarm = parsed
+        inner = False
         if self._detector is not None and y is not None:
             # The inner detector watches the 0/1 loss of every labelled record.
             found = self._detector.process({"value": float(y_pred != y)})
-            alarm = alarm or any(o.get("alarm") for o in found)
-        if alarm and self._since_alarm_reset >= self.min_reset_gap:
-            self.alarm_reset()
+            inner = any(o.get("alarm") for o in found)
+        if (alarm or inner) and self._since_alarm_reset >= self.min_reset_gap:
+            self.alarm_reset(None if inner or self.input_reset_to is None
+                             else self.input_reset_to)
         if y is not None and train:
             self._since_alarm_reset += 1
             self._since_reset += 1
             self._learn_one(x, y, record.get("task"))
 
-    def alarm_reset(self) -> None:
-        """Reset as at an alarm (``reset_to``): the Hare to the Tortoise, a fresh head or fresh
-        networks; then a fresh optimiser warming up, an empty replay buffer and a restarted
-        EMA warm-up."""
+    def alarm_reset(self, to: str | None = None) -> None:
+        """Reset as at an alarm (``to``, default ``reset_to``): the Hare to the Tortoise, a
+        fresh head, a fresh network or (``"keep"``) its own weights; then a fresh optimiser
+        warming up, an empty replay buffer and a restarted EMA warm-up."""
         torch = _torch()
+        to = self.reset_to if to is None else to
+        if to not in RESET_TO:
+            raise ValueError(f"reset to one of {', '.join(map(repr, RESET_TO))}, got {to!r}")
         with torch.no_grad():
-            if self.reset_to == "tortoise":
+            if to == "tortoise":
                 if self._tortoise is not None:  # (without one the Hare stays as it is)
                     for h, t in zip(self._hare_all, self._tort_all, strict=True):
                         h.copy_(t)
-            elif self.reset_to == "head":
+            elif to == "head":
                 reset_head(self._hare, self._build())
-            else:
+            elif to == "full":
                 fresh = self._build()
                 for h, f in zip(self._hare_all, [*fresh.parameters(), *fresh.buffers()],
                                 strict=True):

@@ -20,7 +20,7 @@ from shiftwatch.operators.learners.torch_nets import check_int, is_int, load_tor
 __all__ = ["validate_params", "CheckSuiteHooks", "reset_head", "RESET_TO"]
 
 #: What an alarm reset does (``reset_to``).
-RESET_TO = ("tortoise", "head", "full")
+RESET_TO = ("tortoise", "head", "full", "keep")
 
 
 def _tiny_batchnorm_net() -> Any:
@@ -100,6 +100,9 @@ def validate_params(op: Any, methods: dict) -> None:
     if op.reset_to not in RESET_TO:
         raise ValueError(f"reset_to must be one of {', '.join(map(repr, RESET_TO))}, "
                          f"got {op.reset_to!r}")
+    if op.input_reset_to is not None and op.input_reset_to not in RESET_TO:
+        raise ValueError(f"input_reset_to must be None or one of "
+                         f"{', '.join(map(repr, RESET_TO))}, got {op.input_reset_to!r}")
     check_inner_detector(op.detector, op.detector_params)
     positive_int("min_reset_gap", 0)
     if not isinstance(op.field, str) or not op.field:

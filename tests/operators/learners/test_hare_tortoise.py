@@ -126,21 +126,30 @@ def test_step_is_adamw_with_clipping_and_ema_matches_hand_computation(warmup):
     rng = np.random.default_rng(1)
     x = rng.normal(0, 3, (12, 5)).astype(np.float32)
     y = rng.integers(0, 3, 12)
-    # Reference: a plain copy of the Hare with its own AdamW, zero_grad every step, clip 0.5.
+    # Reference: a plain copy of the Hare with its own AdamW (fused as the operator's is:
+    # the fused kernel rounds differently from the per-tensor loop on some CPUs, so that one
+    # is compared to a tolerance), zero_grad every step, clip 0.5.
     ref = HareTortoise(**SMALL).hare  # the same seed gives the same initial network
+    loop = HareTortoise(**SMALL).hare
     pairs = zip(ref.parameters(), op.hare.parameters(), strict=True)
     assert all(torch.equal(p, q) for p, q in pairs)
-    opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=1e-3)
+    fused = bool(op._opt.defaults.get("fused"))
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=1e-3, fused=fused)
+    opt_loop = torch.optim.AdamW(loop.parameters(), lr=1e-3, weight_decay=1e-3)
     tortoise = params_of(op.tortoise)
     for step in range(12):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(ref(torch.from_numpy(x)), torch.from_numpy(y))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
-        opt.step()
+        for net, o in ((ref, opt), (loop, opt_loop)):
+            o.zero_grad()
+            loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(x)),
+                                                     torch.from_numpy(y))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+            o.step()
         op.learn_many(x, y)
-        for p, q in zip(ref.parameters(), op.hare.parameters(), strict=True):
-            assert torch.equal(p, q), f"Hare differs from plain AdamW at step {step}"
+        for p, q, r in zip(ref.parameters(), op.hare.parameters(), loop.parameters(),
+                           strict=True):
+            assert torch.equal(p, q), f"Hare differs from AdamW at step {step}"
+            torch.testing.assert_close(q, r, rtol=1e-5, atol=1e-6)
         pairs = zip(tortoise, ref.parameters(), strict=True)
         m = warmed(step, warmup=warmup)
         tortoise = [m * t + (1 - m) * h.detach() for t, h in pairs]
@@ -431,6 +440,39 @@ def test_chained_alarm_resets_the_hare_and_empties_the_buffer():
     assert plain.n_alarm_resets == 0
 
 
+def test_input_alarms_reset_input_reset_to_and_inner_alarms_reset_to():
+    # A record's own alarm (a detector on the inputs, chained before) resets input_reset_to;
+    # the inner detector's alarm resets reset_to and wins when both fire on one record.
+    params = {**SMALL, "reset_every": 1000, "reset_on": "alarm", "min_reset_gap": 0,
+              "detector": None, "reset_to": "full", "input_reset_to": "keep"}
+    op = create("hare-tortoise", **params)
+    records = stream(n=120)
+    run(op, records[:64])
+    before = params_of(op.hare)
+    run(op, [{**records[64], "y": None, "alarm": True}])
+    assert op.n_alarm_resets == 1 and op.buffer_len == 0 and op._opt.state == {}
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(op.hare), strict=True))
+    for h, t in zip(op.hare.parameters(), op.tortoise.parameters(), strict=True):
+        assert torch.equal(h, t)
+    # The inner detector's alarm on the same kind of record: a full reset (reset_to).
+    inner = create("hare-tortoise", **{**params, "detector": "river:DDM"})
+    run(inner, records[:64])
+    class Alarming:  # an inner detector that alarms on every value
+        def process(self, record):
+            return [{"alarm": True}]
+
+    inner._detector = Alarming()
+    before = params_of(inner.hare)
+    run(inner, [{**records[64], "alarm": True}])
+    assert inner.n_alarm_resets == 1
+    assert not any(torch.equal(a, b) for a, b in zip(before, params_of(inner.hare),
+                                                     strict=True))
+    with pytest.raises(ValueError, match="input_reset_to"):
+        create("hare-tortoise", **{**params, "input_reset_to": "everything"})
+    with pytest.raises(ValueError, match="reset to one of"):
+        op.alarm_reset("everything")
+
+
 def test_full_reset_reinitialises_networks_and_optimiser():
     params = {**SMALL, "method": "warm", "reset_on": "alarm", "reset_to": "full",
               "min_reset_gap": 0, "detector": None}
@@ -564,7 +606,7 @@ def test_reset_cadence_in_records_fires_at_the_stated_record_count():
     assert op.n_resets == 3
 
 
-@pytest.mark.parametrize("reset_to", ["tortoise", "head", "full"])
+@pytest.mark.parametrize("reset_to", ["tortoise", "head", "full", "keep"])
 def test_alarm_reset_gives_a_fresh_optimiser_whose_lr_warms_up_linearly(reset_to):
     params = {**ALARMS, "detector": None, "reset_lr_warmup": 4, "reset_to": reset_to,
               "lr": 0.01, "reset_every_records": 10_000}
@@ -585,7 +627,7 @@ def test_alarm_reset_gives_a_fresh_optimiser_whose_lr_warms_up_linearly(reset_to
     changed = [not torch.equal(a, b) for a, b in zip(hare_before, after, strict=True)]
     # Layers: [0.weight, 0.bias, 2.weight, 2.bias] of the 5-16-3 MLP.
     assert changed == {"tortoise": [True] * 4, "head": [False, False, True, True],
-                       "full": [True] * 4}[reset_to]
+                       "full": [True] * 4, "keep": [False] * 4}[reset_to]
     lrs = []
     for i in range(6):  # one micro-batch of 8 records = one step each
         run(op, records[40 + 8 * i:48 + 8 * i])
