@@ -29,7 +29,7 @@ input detector must not cost elsewhere). If no arm passes, nothing is recommende
 report runs the chosen arm, ``defaults`` and plain on mnist1d seeds 0-9 with paired 95%
 intervals. The issue's target: >= plain + 0.02 after a change of the inputs alone.
 
-Round 2 (``--round 2``; written before its first run, 2026-12-07 09:00 UTC). Round 1 found
+Round 2 (``--round 2``; written before its first run, 2026-12-07 08:33 UTC). Round 1 found
 that a reset does not repair a permutation of the inputs (the plain learner re-learns the
 first layer faster) and that the replay buffer, full of records seen through the old inputs,
 is what holds the learner back. One arm: ``cs -> defaults, input_reset_to=keep``: the
