@@ -70,6 +70,8 @@ ADAPTIVE = "karcher chain (threshold=adaptive)"
 AUTO_PERIOD = "auto (multichannel=period)"
 AUTO_RELAY = "auto (level=relay)"
 AUTO_CLASS = "auto (period=class)"
+AUTO_APER = "auto (aperiodic=class)"
+AUTO_ALLCLASS = "auto (period=class aperiodic=class)"
 SHAPE_ASYM = "shape (asymmetry=True)"
 
 
@@ -95,6 +97,8 @@ def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
         AUTO_PERIOD: [("auto", {"multichannel": "period"})],
         AUTO_RELAY: [("auto", {"level": "relay"})],
         AUTO_CLASS: [("auto", {"period": "class"})],
+        AUTO_APER: [("auto", {"aperiodic": "class"})],
+        AUTO_ALLCLASS: [("auto", {"period": "class", "aperiodic": "class"})],
     }
 
 

@@ -239,3 +239,62 @@ def test_strictness_is_checked():
     with pytest.raises(ValueError, match="numeric shape threshold"):
         create("auto", strictness=2.0, shape_params={"threshold": "null"})
     create("auto", shape_params={"threshold": "null"})  # strictness 1: fine
+
+
+# ---- aperiodic="class": keys without a clear period go to class at its warm-up --------
+
+
+def red_noise_change(n: int = 2400, at: int = 1200, seed: int = 2) -> np.ndarray:
+    """Aperiodic: AR(1) 0.9 noise, then a change of texture (AR(1) -0.5) at ``at``."""
+    rng = np.random.default_rng(seed)
+    e = rng.normal(size=n)
+    y = np.zeros(n)
+    for i in range(1, n):
+        y[i] = (0.9 if i < at else -0.5) * y[i - 1] + e[i]
+    return y
+
+
+APERIODIC = {"aperiodic": "class", "class_params": {"window": 2000}}
+
+
+def test_an_aperiodic_key_goes_to_class_at_its_warm_up_and_alarms_as_class_does():
+    y = red_noise_change()
+    outs = create("auto", **APERIODIC).process_batch(records(y))
+    routes = [o["route"] for o in outs]
+    assert set(routes[:499]) == {"level"}  # no clear period: the level detector first
+    assert set(routes[499:]) == {"class"}  # handed over at class's 500th record
+    # After the hand-over the alarms are class's own on the whole key (its replay of the
+    # first 500 records alarms, if at all, on the record that handed over).
+    direct = create("class", window=2000).process_batch(records(y))
+    want = [o["change_at"] for o in direct if o["alarm"] and o["offset"] >= 499]
+    got = [c for r, c in alarms(outs) if r == "class"]
+    assert got == want and any(abs(c - 1200) < 60 for c in got)
+    # The default keeps the key with the level detector throughout.
+    assert {o["route"] for o in create("auto").process_batch(records(y))} == {"level"}
+
+
+def test_aperiodic_class_leaves_periodic_short_and_multichannel_keys_as_they_were():
+    for y in (period_change(2400, 1200, seed=3),  # periodic: shape at a checkpoint
+              red_noise_change(400, 200),  # shorter than class's warm-up: level only
+              np.c_[red_noise_change(1200, 600), red_noise_change(1200, 600, seed=9)]):
+        assert create("auto", **APERIODIC).process_batch(records(y)) \
+            == create("auto").process_batch(records(y))
+
+
+@pytest.mark.parametrize("cut", [100, 384, 450, 500, 501, 1500])
+def test_aperiodic_class_restores_anywhere(cut):
+    from shiftwatch.operators.state_codec import dumps_state, loads_state
+
+    recs = records(red_noise_change())
+    whole = create("auto", **APERIODIC).process_batch(recs)
+    first = create("auto", **APERIODIC)
+    head = first.process_batch(recs[:cut])
+    second = create("auto", **APERIODIC)
+    second.load_state_dict(loads_state(dumps_state(first.state_dict())))
+    assert head + second.process_batch(recs[cut:]) == whole
+    one = create("auto", **APERIODIC)
+    assert [o for r in recs for o in one.process(r)] == whole
+    with pytest.raises(ValueError, match="aperiodic"):
+        create("auto").load_state_dict(first.state_dict())
+    with pytest.raises(ValueError, match="aperiodic"):
+        create("auto", aperiodic="shape")
