@@ -17,7 +17,12 @@ arithmetic order, which is where the speed comes from:
   update of the older subsequences' neighbour lists; no temporaries;
 * the first dot products are computed directly, not by FFT (claspy's ``_sliding_dot``), and
   without ``fastmath``: dot products can differ from claspy's in the last bits, which moves
-  a change point only where two distances tie to ~1e-12.
+  a change point only where two distances tie to ~1e-12. One such tie is built into claspy's
+  bookkeeping, which is kept here. A subsequence up to ``excl + k`` places newer than a row
+  can be its neighbour from the row's insertion. When that subsequence is itself the query,
+  it is offered to the row again, and it enters a second time if the recomputed distance
+  rounds below the stored one. ``benchmarks/results/clasp_speed.md`` traces one change point
+  that moved 15 values this way.
 
 Names follow claspy where the bookkeeping is the same (``lbound``, ``knn_filled``,
 ``last_cp``, ``knn_insert_idx``, ``min_seg_size``) so the two can be read side by side.
