@@ -23,12 +23,8 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.learners.ht_support import (
-    RESET_TO,
-    CheckSuiteHooks,
-    reset_head,
-    validate_params,
-)
+from shiftwatch.operators.learners import ht_support
+from shiftwatch.operators.learners.ht_support import CheckSuiteHooks, reset_head, validate_params
 from shiftwatch.operators.learners.replay import Reservoir
 from shiftwatch.operators.learners.torch_nets import (
     FLOAT32_MAX_ABS,
@@ -106,16 +102,14 @@ class HareTortoise(Operator):
     record's ``y``, else ``0.0``), resets the learner after the record is predicted and before
     it is learned: ``reset_to="tortoise"`` sets the Hare to the Tortoise (a method without a
     Tortoise keeps its network), ``"head"`` re-initialises the Hare's last layer with
-    parameters, ``"full"`` the whole Hare, ``"keep"`` keeps the Hare's weights (for an alarm
-    on the inputs: the classes are the same, the records replayed are not); the Tortoise is
-    then set to the Hare. Every alarm
-    reset also gives the Hare a fresh AdamW optimiser whose learning rate rises linearly over
-    ``reset_lr_warmup`` steps (``lr * (s + 1) / W`` at its step ``s < W``; the authors give
-    each phase a fresh optimiser with a linear warm-up), empties the replay buffer (its
-    records describe the concept that changed), restarts the EMA warm-up (so the Tortoise
-    follows the re-adapting Hare) and the count towards the next periodic reset. Alarms
-    within ``min_reset_gap`` labelled training records of the previous alarm reset are
-    ignored.
+    parameters, ``"full"`` the whole Hare, ``"keep"`` none of it; the Tortoise is then set to
+    the Hare. Every alarm reset also gives the Hare a fresh AdamW optimiser whose learning
+    rate rises linearly over ``reset_lr_warmup`` steps (``lr * (s + 1) / W`` at its step
+    ``s < W``; the authors give each phase a fresh optimiser with a linear warm-up), empties
+    the replay buffer (its records describe the concept that changed), restarts the EMA
+    warm-up (so the Tortoise follows the re-adapting Hare) and the count towards the next
+    periodic reset. Alarms within ``min_reset_gap`` labelled training records of the
+    previous alarm reset are ignored.
 
     The defaults (``ema_momentum=0.99``, the reset period of two EMA horizons,
     ``reset_on="alarm"`` with ``detector="river:DDM"``, ``reset_to="head"``,
@@ -134,13 +128,10 @@ class HareTortoise(Operator):
     1/8 (``batch_size=8``, ``replay_ratio=1``; it was 1/32 before issue 49). It was chosen by
     ``python benchmarks/ht_budget_curve.py choose`` on the choosing seeds by a rule declared
     first: among the budgets 1/32 to 1/2 running at least 5x deep-river's records/s in the same
-    run, the most accurate (mean of stationary and after-label-change accuracy). On the
-    issue's mnist1d seeds 0-2 it gives 0.437 stationary and 0.371 after label changes, against
-    deep-river's 0.426 and 0.380 (paired +0.012 +- 0.026 and -0.009 +- 0.040), at 6.7x its
-    records/s (5,536 against 824). With the EMA horizon counted in steps, the periodic reset
-    comes every 1,600 records. More steps per record are more accurate and slower: at 1/4 it
-    gave 0.502 / 0.443 at 3.8x deep-river's records/s
-    (``benchmarks/results/ht_budget_curve_report.md``).
+    run, the most accurate (mean of stationary and after-label-change accuracy). On mnist1d
+    seeds 0-9 it is +0.009 +- 0.007 stationary and -0.018 +- 0.013 after label changes against
+    deep-river, at 5.8x its records/s; 1/4 is above deep-river on both at 3.6x
+    (``benchmarks/results/ht_budget_curve.md``). The periodic reset comes every 1,600 records.
 
     :meth:`process_batch` predicts all records between two training steps in one forward pass
     (the same predictions as :meth:`process` record by record, in test-then-train order: a
@@ -206,11 +197,10 @@ class HareTortoise(Operator):
         then the Tortoise is set to the Hare, the optimiser is fresh and the replay buffer
         empty.
     input_reset_to
-        What the record's own ``alarm`` field (a detector chained before, watching the
-        inputs) resets, one of ``reset_to``'s values; ``None`` (the default): ``reset_to``.
-        The inner ``detector``'s alarms always reset ``reset_to``, and win when both fire on
-        one record. ``"keep"`` suits a change of the inputs alone (the same classes seen
-        through other features): ``benchmarks/results/ht_input_resets.md``.
+        What the record's own ``alarm`` (an input detector chained before) resets, as
+        ``reset_to`` (``None``, the default: ``reset_to``); the inner ``detector``'s alarms
+        reset ``reset_to`` and win on a tie. ``"keep"`` suits inputs that change alone
+        (``benchmarks/results/ht_input_resets.md``).
     detector
         A registered change detector (default ``"river:DDM"``; ``None`` for none) run inside
         the operator on the 0/1 loss of every labelled record when ``reset_on="alarm"``; its
@@ -636,21 +626,19 @@ class HareTortoise(Operator):
             found = self._detector.process({"value": float(y_pred != y)})
             inner = any(o.get("alarm") for o in found)
         if (alarm or inner) and self._since_alarm_reset >= self.min_reset_gap:
-            self.alarm_reset(None if inner or self.input_reset_to is None
-                             else self.input_reset_to)
+            self.alarm_reset(None if inner else self.input_reset_to)
         if y is not None and train:
             self._since_alarm_reset += 1
             self._since_reset += 1
             self._learn_one(x, y, record.get("task"))
 
     def alarm_reset(self, to: str | None = None) -> None:
-        """Reset as at an alarm (``to``, default ``reset_to``): the Hare to the Tortoise, a
-        fresh head, a fresh network or (``"keep"``) its own weights; then a fresh optimiser
-        warming up, an empty replay buffer and a restarted EMA warm-up."""
+        """Reset as at an alarm (``to``, default ``reset_to``), then a fresh optimiser warming
+        up, an empty replay buffer and a restarted EMA warm-up."""
         torch = _torch()
         to = self.reset_to if to is None else to
-        if to not in RESET_TO:
-            raise ValueError(f"reset to one of {', '.join(map(repr, RESET_TO))}, got {to!r}")
+        if to not in ht_support.RESET_TO:
+            raise ValueError(f"reset to one of {ht_support.RESET_TO}, got {to!r}")
         with torch.no_grad():
             if to == "tortoise":
                 if self._tortoise is not None:  # (without one the Hare stays as it is)
