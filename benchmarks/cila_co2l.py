@@ -576,6 +576,20 @@ def add_protocol_args(p: argparse.ArgumentParser) -> None:
                    "from the .json (with --resume)")
 
 
+
+def resumable_state(a, script: str) -> tuple[Path, dict]:
+    """The results file of a run (``a.outdir / a.out``) and its state: read back with
+    ``--resume``, else fresh; ``command`` and ``args`` set when this run computes phases."""
+    path = a.outdir / f"{a.out}.json"
+    state = json.loads(path.read_text()) if a.resume and path.exists() else {
+        "runs": [], "started": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}"}
+    runs_here = any(ph in a.phases for ph in ("pilot", "kappa", "main"))
+    if runs_here or "command" not in state:
+        state["command"] = "python " + " ".join([script, *sys.argv[1:]])
+    if runs_here:
+        state["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
+    return path, state
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_protocol_args(p)
@@ -590,14 +604,7 @@ def main() -> None:
         a.epochs_first, a.epochs, a.outdir = 2, 1, Path("/tmp")
     torch.set_num_threads(1)
     data = load_data(a.split_seed, a.n_test, a.n_val)
-    path = a.outdir / f"{a.out}.json"
-    state = json.loads(path.read_text()) if a.resume and path.exists() else {
-        "runs": [], "started": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}"}
-    runs_here = any(ph in a.phases for ph in ("pilot", "kappa", "main"))
-    if runs_here or "command" not in state:
-        state["command"] = "python " + " ".join(["benchmarks/cila_co2l.py", *sys.argv[1:]])
-    if runs_here:
-        state["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
+    path, state = resumable_state(a, "benchmarks/cila_co2l.py")
     done = {key(r) for r in state["runs"]}
 
     def do(arm: str, seed: int, split: str, kappa: float | None = None) -> None:

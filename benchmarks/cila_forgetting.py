@@ -403,14 +403,7 @@ def main() -> None:
     t_start = time.time()
     torch.set_num_threads(1)
     data = base.load_data(a.split_seed, a.n_test, a.n_val)
-    path = a.outdir / f"{a.out}.json"
-    state = json.loads(path.read_text()) if a.resume and path.exists() else {
-        "runs": [], "started": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}"}
-    runs_here = any(ph in a.phases for ph in ("pilot", "kappa", "main"))
-    if runs_here or "command" not in state:
-        state["command"] = "python " + " ".join(["benchmarks/cila_forgetting.py", *sys.argv[1:]])
-    if runs_here:
-        state["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
+    path, state = base.resumable_state(a, "benchmarks/cila_forgetting.py")
     done = {key(r) for r in state["runs"]}
 
     def do(arm: str, seed: int, split: str, buffer: int, kappa: float | None = None) -> None:
