@@ -322,7 +322,7 @@ class AutoDetect(Operator):
             raise ValueError("state_dict is aperiodic='class''s, this operator's aperiodic is "
                              "'level'")
         if payload["shape"] is not None:
-            self._shape = self._new_class() if route == "class" else self._new_shape()
+            self._shape = self._new_routed(route)
             self._shape.load_state_dict(payload["shape"])
 
     # ---- processing ---------------------------------------------------------------------
@@ -400,10 +400,20 @@ class AutoDetect(Operator):
         self._nlev += len(inner)
         return got
 
-    def _to_shape(self, route: str = "shape") -> dict:
+    def _new_routed(self, route: str) -> Operator:
+        """The detector of a routed key: ``class`` for ``route="class"`` (an aperiodic key),
+        else the period route's (:meth:`_new_shape`)."""
+        return self._new_class() if route == "class" else self._new_shape()
+
+    def _to_shape(self, route: str, level_out: dict) -> dict:
         """Route to ``shape`` (the period route's detector; ``class`` for ``route="class"``):
-        replay the buffer, keep the alarms it raised."""
-        self._shape = shape = self._new_class() if route == "class" else self._new_shape()
+        replay the buffer and keep the alarms it raised; the level detector's output on this
+        record, ``level_out``, stands if its alarm is the only one."""
+        out = self._replay_into(route)
+        return level_out if level_out.get("alarm") and not out.get("alarm") else out
+
+    def _replay_into(self, route: str) -> dict:
+        self._shape = shape = self._new_routed(route)
         recs = []
         for i in range(len(self._buf)):
             r = self._inner({}, self._buf[i])
@@ -518,10 +528,7 @@ class AutoDetect(Operator):
             found = time_scale_rule(self._buf, rule["burn_in_min"], rule["burn_in"],
                                     rule["p_min"], rule["min_acf"])
             if found is not None and found["rule"] in CLEAR_RULES:
-                shape_out = self._to_shape()
-                if level_out.get("alarm") and not shape_out.get("alarm"):
-                    return level_out
-                return shape_out
+                return self._to_shape("shape", level_out)
         if found is not None or n >= self._rule["burn_in"] or (
                 self._c > 1 and self.multichannel == "level"):
             if self.aperiodic == "class" and (self._c == 1 or self.multichannel == "period"):
@@ -535,10 +542,7 @@ class AutoDetect(Operator):
         """A key without a clear period under ``aperiodic="class"``: hand it to ``class`` once
         it has class's warm-up (the level detector's alarm stands if class raised none)."""
         if len(self._buf) >= int(self._base("class", "n_warmup")):
-            class_out = self._to_shape("class")
-            if level_out.get("alarm") and not class_out.get("alarm"):
-                return level_out
-            return class_out
+            return self._to_shape("class", level_out)
         return level_out
 
     @classmethod
