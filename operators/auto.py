@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.level_gate import LevelGate
 from shiftwatch.operators.period import checkpoints, time_scale_rule
 from shiftwatch.operators.registry import create, register
 from shiftwatch.operators.sensitivity import Sensitivity
@@ -161,7 +162,8 @@ class AutoDetect(Operator):
     def __init__(self, field: str = "value", multichannel: str = "level",
                  shape_params: Mapping | None = None, level_params: Mapping | None = None,
                  level: str = "adwin", strictness: float = 1.0, period: str = "shape",
-                 class_params: Mapping | None = None, aperiodic: str = "level"):
+                 class_params: Mapping | None = None, aperiodic: str = "level",
+                 level_gate: float | None = None):
         self.field = field
         self.multichannel = multichannel
         self.level = level
@@ -171,6 +173,7 @@ class AutoDetect(Operator):
         self.period = period
         self.class_params = class_params
         self.aperiodic = aperiodic
+        self.level_gate = level_gate
         self._validate_params()
         self._reset()
 
@@ -185,6 +188,10 @@ class AutoDetect(Operator):
             raise ValueError(f"period must be one of {_PERIODS}, got {self.period!r}")
         if self.aperiodic not in _APERIODIC:
             raise ValueError(f"aperiodic must be one of {_APERIODIC}, got {self.aperiodic!r}")
+        g = self.level_gate
+        if g is not None and (isinstance(g, bool) or not isinstance(
+                g, (int, float, np.integer, np.floating)) or not (np.isfinite(g) and g > 0)):
+            raise ValueError(f"level_gate must be a positive number or None, got {g!r}")
         k = self.strictness
         if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)) \
                 or not (np.isfinite(k) and k > 0):
@@ -271,6 +278,8 @@ class AutoDetect(Operator):
         # aperiodic="class": no clear period was found; the key waits (buffered, the level
         # detector running) for class's warm-up
         self._pending = False
+        # level_gate: the gate of a univariate key (made at its first record)
+        self._gate: LevelGate | None = None
         rule = self._routing()
         self._rule = rule
         self._checks = checkpoints(rule["burn_in_min"], rule["burn_in"])
@@ -287,6 +296,8 @@ class AutoDetect(Operator):
             st.update(nlev=self._nlev, adwin_at=self._adwin_at, handed=self._handed)
         if self.aperiodic != "level":
             st["pending"] = self._pending
+        if self.level_gate is not None:
+            st["gate"] = None if self._gate is None else self._gate.state_dict()
         return {"operator": self.name or type(self).__name__, "state": st}
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -321,6 +332,15 @@ class AutoDetect(Operator):
         elif route == "class" or "pending" in payload:
             raise ValueError("state_dict is aperiodic='class''s, this operator's aperiodic is "
                              "'level'")
+        if self.level_gate is not None:
+            if "gate" not in payload:
+                raise ValueError("state_dict has no level gate state (level_gate is set)")
+            if payload["gate"] is not None:
+                self._gate = LevelGate(self.level_gate)
+                self._gate.load_state_dict(payload["gate"])
+        elif "gate" in payload:
+            raise ValueError("state_dict has a level gate state, this operator's level_gate "
+                             "is None")
         if payload["shape"] is not None:
             self._shape = self._new_routed(route)
             self._shape.load_state_dict(payload["shape"])
@@ -352,7 +372,7 @@ class AutoDetect(Operator):
         return rec
 
     def _run_level(self, rec: dict) -> dict:
-        got = self._level_batch([rec])[0]
+        got = self._level_run([rec])[0]
         if not isinstance(got, dict):
             raise BadInput(got.reason)
         return got
@@ -400,6 +420,55 @@ class AutoDetect(Operator):
         self._nlev += len(inner)
         return got
 
+    def _level_run(self, inner: list[dict]) -> list:
+        """The level route over records; with ``level_gate`` on a univariate key, its
+        alarms are judged by the gate."""
+        gate = self._gate
+        if gate is None:
+            return self._level_batch(inner)
+        n0 = gate.count
+        gate.push([r["value"] for r in inner])
+        got = self._level_batch(inner)
+        self._judge(got, None, n0)
+        gate.trim()
+        return got
+
+    def _routed_run(self, inner: list[dict]) -> list:
+        """The routed detector over records; with ``level_gate`` the level detector runs
+        beside it, and its kept alarms are merged into the routed outputs."""
+        got = self._shape.process_batch(inner)
+        gate = self._gate
+        if gate is None or self._level is None:
+            return got
+        n0 = gate.count
+        gate.push([r["value"] for r in inner])
+        self._judge(self._level_batch(inner), got, n0)
+        gate.trim()
+        return got
+
+    def _judge(self, level: list, routed: list | None, n0: int) -> None:
+        """Judge, record by record, the routed detector's alarms (duplicates of a level
+        change dropped) and then the level detector's (the gate); a kept level alarm is
+        merged into the routed output (``routed``) or stays the output (``routed=None``)."""
+        gate = self._gate
+        for j, lv in enumerate(level):
+            at = n0 + j
+            r = None if routed is None else routed[j]
+            if isinstance(r, dict) and r.get("alarm"):
+                kept = [c for c in (r.get("changes_at") or [r["change_at"]])
+                        if gate.judge(int(c), at, "routed")]
+                if not kept:
+                    routed[j] = r = _cleared(r)
+                elif len(kept) < len(r.get("changes_at") or [0]):
+                    r["change_at"] = kept[-1]
+                    r["changes_at"] = kept
+            if not (isinstance(lv, dict) and lv.get("alarm")):
+                continue
+            if not gate.judge(int(lv["change_at"]), at, "level"):
+                level[j] = _cleared(lv)
+            elif isinstance(r, dict):
+                _merge(r, lv)
+
     def _new_routed(self, route: str) -> Operator:
         """The detector of a routed key: ``class`` for ``route="class"`` (an aperiodic key),
         else the period route's (:meth:`_new_shape`)."""
@@ -410,6 +479,9 @@ class AutoDetect(Operator):
         replay the buffer and keep the alarms it raised; the level detector's output on this
         record, ``level_out``, stands if its alarm is the only one."""
         out = self._replay_into(route)
+        if self._gate is not None and level_out.get("alarm") and out.get("alarm"):
+            _merge(out, level_out)
+            return out
         return level_out if level_out.get("alarm") and not out.get("alarm") else out
 
     def _replay_into(self, route: str) -> dict:
@@ -422,7 +494,9 @@ class AutoDetect(Operator):
             recs.append(r)
         outs = shape.process_batch(recs)
         bts = self._bts
-        self._route, self._level, self._cs = route, None, None
+        self._route = route
+        if self._gate is None:  # with the gate the level detector runs on beside it
+            self._level, self._cs = None, None
         self._pending = False
         self._buf, self._bts = np.zeros((0, self._c)), np.zeros(0)
         found = []
@@ -430,9 +504,14 @@ class AutoDetect(Operator):
             if o.get("alarm"):
                 found += list(o.get("changes_at") or [o["change_at"]])
         last = outs[-1]
-        if not found:
-            return last
         found = sorted(set(int(v) for v in found))
+        if self._gate is not None:  # the level detector's changes are not found again
+            at = self._gate.count - 1
+            found = [c for c in found if self._gate.judge(c, at, "routed")]
+        if not found:
+            if last.get("alarm"):
+                last = _cleared(last)
+            return last
         alarm = {**last, "alarm": True, "change_at": found[-1]}
         if len(found) > 1:
             alarm["changes_at"] = found
@@ -444,13 +523,17 @@ class AutoDetect(Operator):
     def process(self, record: Mapping) -> list[dict]:
         x = self._read(record)  # BadInput leaves the state untouched
         rec = self._inner(record, x)
-        if self._route in ("shape", "class"):
+        if self._route in ("shape", "class") and self._gate is not None:
+            inner = self._routed_run([rec])[0]
+            if not isinstance(inner, dict):
+                raise BadInput(inner.reason)
+        elif self._route in ("shape", "class"):
             inner = self._shape.process(rec)[-1]
         elif self._route == "level":
             inner = self._run_level(rec)
         else:
             inner = self._decide(record, x, rec)
-        out = self._output(record, route=self._label())
+        out = self._output(record, route=inner.get("_route") or self._label())
         for f in _CARRY:
             if f in inner:
                 out[f] = inner[f]
@@ -497,14 +580,14 @@ class AutoDetect(Operator):
             return
         inner = [r for _, r in run]
         if self._route in ("shape", "class"):
-            got = self._shape.process_batch(inner)
+            got = self._routed_run(inner)
         else:
-            got = self._level_batch(inner)
+            got = self._level_run(inner)
         for (record, _), o in zip(run, got, strict=True):
             if not isinstance(o, dict):  # the inner detector refused what _read took
                 out.append(self._dead_letter(record, BadInput(o.reason)))
                 continue
-            res = self._output(record, route=self._label())
+            res = self._output(record, route=o.get("_route") or self._label())
             for f in _CARRY:
                 if f in o:
                     res[f] = o[f]
@@ -514,6 +597,8 @@ class AutoDetect(Operator):
         if self._c is None:
             self._c = int(x.size)
             self._buf = np.zeros((0, self._c))
+            if self.level_gate is not None and self._c == 1:
+                self._gate = LevelGate(self.level_gate)
         level_out = self._run_level(rec)
         t = numeric_ts(record)
         t = np.nan if t is None else t
@@ -562,3 +647,25 @@ class AutoDetect(Operator):
         y = np.sin(2 * np.pi * t / 12) * np.where(t < n // 2, 1.0, 2.0)
         return [{"key": "k", "ts": float(i), "offset": i, "value": float(v)}
                 for i, v in enumerate(y + 0.1 * rng.normal(size=n))]
+
+
+def _cleared(out: dict) -> dict:
+    """An output whose alarm the gate dropped: no alarm, no located change."""
+    drop = ("change_at", "change_ts", "changes_at")
+    return {**{k: v for k, v in out.items() if k not in drop}, "alarm": False}
+
+
+def _merge(routed: dict, level: dict) -> None:
+    """Merge a kept level alarm into the routed detector's output of the same record."""
+    if not routed.get("alarm"):
+        routed.update({k: v for k, v in level.items() if k in _CARRY})
+        routed["_route"] = "level"
+        return
+    changes = sorted(set(routed.get("changes_at") or [routed["change_at"]])
+                     | {int(level["change_at"])})
+    if changes[-1] != routed["change_at"] and changes[-1] == level["change_at"]:
+        routed.pop("change_ts", None)
+        if "change_ts" in level:
+            routed["change_ts"] = level["change_ts"]
+    routed["change_at"] = changes[-1]
+    routed["changes_at"] = changes
