@@ -69,9 +69,15 @@ ZERO = "zero (no alarm)"
 ADAPTIVE = "karcher chain (threshold=adaptive)"
 AUTO_PERIOD = "auto (multichannel=period)"
 AUTO_RELAY = "auto (level=relay)"
-AUTO_CLASS = "auto (period=class)"
-AUTO_APER = "auto (aperiodic=class)"
-AUTO_ALLCLASS = "auto (period=class aperiodic=class)"
+#: auto's options beside its default (class, a gated ADWIN beside it; auto.md's rounds)
+AUTO_OPTIONS = {
+    "auto (before level_gate)": {"period": "shape", "aperiodic": "level", "level_gate": None},
+    "auto (period=shape)": {"period": "shape"},
+    "auto (level_gate=None)": {"level_gate": None},
+    "auto (level_gate=2)": {"level_gate": 2.0},
+    "auto (level_gate_stat=median)": {"level_gate_stat": "median"},
+    "auto (level_gate_stat=winsorised)": {"level_gate_stat": "winsorised"},
+}
 SHAPE_ASYM = "shape (asymmetry=True)"
 
 
@@ -96,9 +102,7 @@ def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
         "auto": [("auto", {})],
         AUTO_PERIOD: [("auto", {"multichannel": "period"})],
         AUTO_RELAY: [("auto", {"level": "relay"})],
-        AUTO_CLASS: [("auto", {"period": "class"})],
-        AUTO_APER: [("auto", {"aperiodic": "class"})],
-        AUTO_ALLCLASS: [("auto", {"period": "class", "aperiodic": "class"})],
+        **{name: [("auto", kw)] for name, kw in AUTO_OPTIONS.items()},
     }
 
 
@@ -573,16 +577,14 @@ def main(argv=None) -> int:
         "(`threshold=\"calibrated\"` since issue 36 item 6, `calibration_margin=1` since "
         "issue 48), `karcher chain "
         "(threshold=adaptive)` with the default before it. `auto` runs with its defaults "
-        "(`multichannel=\"level\"`: multichannel keys go to the level detector), `auto "
-        "(multichannel=period)` with the variant the choice of that default rejected "
-        "(`benchmarks/results/auto.md`), `auto (level=relay)` with the level route that "
-        "lets `cs` judge once its burn-in is over (an option; rejected as the default by its "
-        "declared rule, auto.md), `auto (period=class)` with `class` as the period route "
-        "(an option; rejected as the default by its declared rule, auto.md), `auto "
-        "(aperiodic=class)` and `auto (period=class aperiodic=class)` with the keys without "
-        "a clear period handed to `class` at its warm-up (options; rejected as the default "
-        "by their declared rule, auto.md). `class` runs "
-        "with its defaults (ClaSS written here; `n_warmup=500`, clasp.md). "
+        "(since the \"side by side\" round of auto.md: every univariate key to `class` at "
+        "its warm-up, ADWIN beside it with `level_gate=3`; multichannel keys to the level "
+        "detector), `auto (before level_gate)` with the default before that round (`shape` "
+        "for a clear period, ADWIN alone otherwise), and each other `auto (...)` row with one "
+        "option changed from the defaults (auto.md: `multichannel=period`, `level=relay`, "
+        "`period=shape`, `level_gate=None` or `2`, the robust gates; each rejected as the "
+        "default by its declared rule). `class` runs "
+"with its defaults (ClaSS written here; `n_warmup=500`, clasp.md). "
         "`shape` runs with its default `threshold=6.0`; `shape "
         "(asymmetry=True)` adds the time-asymmetry scan (an option; rejected as the default "
         "by its declared rule, shape.md); `threshold=\"null\"` is in "

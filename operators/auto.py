@@ -1,28 +1,31 @@
 """``auto``: one detector for a user who does not know what will change.
 
 Each key is routed once, by a rule stated in words and decided on the key's own first
-records (the same progressive burn-in as ``shape``):
+records (the same progressive burn-in as ``shape``). The defaults, chosen on the development
+data by rules declared before their scores (``benchmarks/results/auto.md``):
 
-* **A clear period** (``shape``'s own time-scale rule,
-  :func:`~shiftwatch.operators.period.time_scale_rule`, finds one at a checkpoint of 64,
-  128, 256 or 384 records by the periodogram or the autocorrelation: rule ``"fft"`` or
-  ``"acf"``): the key goes to ``shape``, which detects changes of shape, period, noise
-  colour or correlation. ``shape`` replays the key's first records, so none is lost; alarms
-  of that replay come on the record that decided (``change_at`` the latest, ``changes_at``
-  all), as ``shape``'s own burn-in alarms do.
-* **No clear period by** ``burn_in`` **records (384)** (rule ``"acf-weak"`` or ``"none"``):
-  the key stays with the level detector: ``standardize`` (30 records) then River's ADWIN,
-  one per channel (an alarm when any channel alarms), located by the mean-shift split.
-* **From the first record** the level detector runs, so a short series can alarm (ADWIN
-  checks every 32 records: its warm-up; a replay's report names the keys shorter than it);
-  its alarms before a switch to ``shape`` stand.
+* **From the first record** the level detector runs (``standardize`` (30 records) then
+  River's ADWIN, one per channel, an alarm when any channel alarms, located by the mean-shift
+  split), so a short series can alarm (ADWIN checks every 32 records: its warm-up).
+* **A univariate key** goes to ``class`` (ClaSS) once it has ``class``'s warm-up (500
+  records), whatever its period (``period="class"`` for a key with a clear period by
+  ``shape``'s time-scale rule, ``aperiodic="class"`` for one without). ``class`` replays the
+  buffered first records, so none is lost; alarms of that replay come on the record that
+  handed over (``change_at`` the latest, ``changes_at`` all).
+* **The level detector stays beside it** (``level_gate=3``): on a univariate key, a level
+  alarm is kept only when the level moved by at least 3 pooled standard deviations across
+  its located change (:class:`~shiftwatch.operators.level_gate.LevelGate`), and a change
+  the other detector located within 32 records is not reported twice. ``class``'s
+  z-normalised subsequences cannot see a change of level; ADWIN's false alarms on changes of
+  shape move the mean by much less than the noise.
+* **A multichannel key** stays with the level detector, ungated (``multichannel="level"``).
 
-A multichannel key goes to the level detector whatever its period (``multichannel="level"``,
-the default; ``"period"`` routes it like a scalar key). The rule and its default were chosen
-on the development data only (``benchmarks/realdata.py``; ``benchmarks/results/auto.md``).
+The default before the gate, ``period="shape", aperiodic="level", level_gate=None``, sends
+a key with a clear period to ``shape`` (at a checkpoint of 64, 128, 256 or 384 records, rule
+``"fft"`` or ``"acf"``) and leaves the others with ADWIN alone.
 
-The inner operators are built through the registry by name (``shape``, ``standardize``,
-``river:ADWIN``), so this module imports no operator family.
+The inner operators are built through the registry by name (``shape``, ``class``,
+``standardize``, ``river:ADWIN``), so this module imports no operator family.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.contract import Operator
+from shiftwatch.operators.level_gate import STATS as GATE_STATS
 from shiftwatch.operators.level_gate import LevelGate
 from shiftwatch.operators.period import checkpoints, time_scale_rule
 from shiftwatch.operators.registry import create, register
@@ -56,6 +60,9 @@ _MULTI = ("period", "level")
 _APERIODIC = ("level", "class")
 #: The routes' own defaults that ``strictness`` scales, read once from the operators.
 _DEFAULTS: dict[tuple[str, str], Any] = {}
+#: The least p-value ``strictness`` gives ``class``'s test (a positive float; the test's own
+#: p-value, ``erfc``, underflows near 1e-308)
+_P_FLOOR = 1e-300
 #: The level route's detectors (``level=``; see the class docstring).
 LEVELS = ("adwin", "handover", "relay")
 
@@ -70,14 +77,15 @@ def _bounded(out: Mapping) -> bool:
 
 @register("auto")
 class AutoDetect(Operator):
-    """One default for any change: per key, ``shape`` if it has a clear period, else ADWIN.
+    """One default for any change: per key, ``class`` with a gated ADWIN beside it.
 
-    The level detector is ``standardize`` -> River's ADWIN per channel; the route is decided
-    per key on its first records (see the module docstring for the rule).
+    The level detector is ``standardize`` -> River's ADWIN per channel; a univariate key goes
+    to ``class`` at its warm-up, and the level detector's alarms are then kept only when the
+    level moved (see the module docstring for the rule).
 
     Outputs carry what the detector that made them writes (``alarm``, ``statistic``,
-    ``change_at``, ...) and ``route``: ``"level"``, or ``"shape"`` (``"class"`` with
-    ``period="class"``): which one made it.
+    ``change_at``, ...) and ``route``: ``"level"``, ``"class"`` or ``"shape"``: which one
+    made it (``"level"`` for a kept level alarm after the hand-over too).
 
     Parameters
     ----------
@@ -93,24 +101,37 @@ class AutoDetect(Operator):
         Parameters of ``shape`` (its ``burn_in``, ``burn_in_min``, ``min_acf`` and ``p_min``
         also set the routing checkpoints and test, whichever ``period`` detector runs).
     period
-        The detector of the keys with a clear period: ``"shape"`` (default) or ``"class"``
-        (ClaSS, which replays the key's first records like ``shape``; it needs its own
-        warm-up, 500 records, so a short key routed to it cannot alarm). Decided on the
-        development data by a rule declared before the scores
-        (``benchmarks/results/auto.md``, "The period route: shape or class").
+        The detector of the keys with a clear period: ``"class"`` (default; ClaSS, which
+        replays the key's first records and needs its own warm-up, 500 records) or
+        ``"shape"`` (decided at a checkpoint of the burn-in; it sees changes of amplitude,
+        which ``class``'s z-normalised subsequences do not). ``"shape"`` was the default
+        until the "side by side" round (``benchmarks/results/auto.md``).
     class_params
         Parameters of ``class`` (``period="class"`` or ``aperiodic="class"``).
     aperiodic
-        What a key without a clear period goes to. ``"level"`` (default) keeps it with the
-        level detector. ``"class"`` also starts with the level detector, and hands the key
-        to ``class`` once it has ``class``'s warm-up (500 records). ``class`` replays the
-        buffered first records, and the level detector's earlier alarms stand. Multichannel
-        keys follow ``multichannel``; keys shorter than the warm-up stay on the level route.
-        The rule declared before the scores kept ``"level"``. On tssb-dev, ``"class"``
-        raised covering from 0.632 to 0.768 (0.849 with ``period="class"``). But it lost
-        F1@1% on TCPD's level changes, which ``class``'s z-normalised subsequences cannot
-        see (``benchmarks/results/auto.md``, "The aperiodic route"). It is the better choice
-        for a stream known to change in shape rather than in level.
+        What a key without a clear period goes to. ``"class"`` (default): the level detector
+        first, then ``class`` once the key has ``class``'s warm-up (500 records), replaying
+        the buffered first records; the level detector's earlier alarms stand. ``"level"``
+        keeps it with the level detector. Multichannel keys follow ``multichannel``; keys
+        shorter than the warm-up stay on the level route.
+    level_gate
+        ``3.0`` (default): on a univariate key the level detector keeps running beside the
+        routed detector, and each of its alarms is kept only if the effect size of its
+        located change (``|mean(after) - mean(before)| / pooled sd``, ``before`` since the
+        last located change, at most 1,000 values) is at least this; an alarm within 32
+        records of a change the other detector located is dropped as the same change.
+        ``None``: no gate, and the routed detector alone after routing. Chosen on the
+        development data by a rule declared before the scores: mean covering over tssb-dev,
+        mocap6 and River's TCPD series 0.730 against 0.641 for the earlier default
+        (``benchmarks/results/auto.md``, "Class and a gated level detector side by side").
+    level_gate_stat
+        How the gate's effect size is computed: ``"mean"`` (default, as declared), or the
+        robust forms ``"median"`` (medians, pooled MAD) and ``"winsorised"`` (each side
+        clipped to its median +- 5 robust sd). Weakness of ``"mean"``: a value ``S`` sd out
+        in the window multiplies the pooled variance by about ``1 + S^2 / n``, so a 50-sd
+        spike among 250 values hides a 6-sd shift until a located change passes it; the
+        robust forms lost on the development data (tssb-dev's waveforms are not bell-shaped)
+        but do not go deaf after a spike.
     level_params
         Parameters of the level detector, River's ADWIN (e.g. ``{"delta": 0.002}``).
     level
@@ -138,7 +159,9 @@ class AutoDetect(Operator):
 
     Examples
     --------
-    A sine whose period changes goes to ``shape``; a level shift in noise stays with ADWIN:
+    A sine whose period changes goes to ``class`` at its warm-up; a 4-sd level shift in noise
+    is the level detector's (its effect size, about 4, passes the gate's 3; a 1.5-sd shift
+    would not):
 
     >>> rng = np.random.default_rng(3)
     >>> t = np.arange(3000)
@@ -147,12 +170,12 @@ class AutoDetect(Operator):
     >>> outs = op.process_batch([{"ts": i, "value": float(v)}
     ...                          for i, v in enumerate(y + 0.3 * rng.normal(size=3000))])
     >>> [(o["route"], o["change_at"]) for o in outs if o["alarm"]]
-    [('shape', 1509)]
-    >>> z = np.r_[rng.normal(0, 1, 600), rng.normal(2, 1, 600)]
+    [('class', 1496)]
+    >>> z = np.r_[rng.normal(0, 1, 600), rng.normal(4, 1, 600)]
     >>> op = AutoDetect()
     >>> outs = op.process_batch([{"ts": i, "value": float(v)} for i, v in enumerate(z)])
     >>> [(o["route"], o["change_at"]) for o in outs if o["alarm"]]
-    [('level', 601)]
+    [('level', 600)]
     """
 
     input_kind = "number or vector (channels)"
@@ -161,9 +184,9 @@ class AutoDetect(Operator):
 
     def __init__(self, field: str = "value", multichannel: str = "level",
                  shape_params: Mapping | None = None, level_params: Mapping | None = None,
-                 level: str = "adwin", strictness: float = 1.0, period: str = "shape",
-                 class_params: Mapping | None = None, aperiodic: str = "level",
-                 level_gate: float | None = None):
+                 level: str = "adwin", strictness: float = 1.0, period: str = "class",
+                 class_params: Mapping | None = None, aperiodic: str = "class",
+                 level_gate: float | None = 3.0, level_gate_stat: str = "mean"):
         self.field = field
         self.multichannel = multichannel
         self.level = level
@@ -174,6 +197,7 @@ class AutoDetect(Operator):
         self.class_params = class_params
         self.aperiodic = aperiodic
         self.level_gate = level_gate
+        self.level_gate_stat = level_gate_stat
         self._validate_params()
         self._reset()
 
@@ -192,6 +216,9 @@ class AutoDetect(Operator):
         if g is not None and (isinstance(g, bool) or not isinstance(
                 g, (int, float, np.integer, np.floating)) or not (np.isfinite(g) and g > 0)):
             raise ValueError(f"level_gate must be a positive number or None, got {g!r}")
+        if self.level_gate_stat not in GATE_STATS:
+            raise ValueError(f"level_gate_stat must be one of {GATE_STATS}, got "
+                             f"{self.level_gate_stat!r}")
         k = self.strictness
         if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)) \
                 or not (np.isfinite(k) and k > 0):
@@ -222,8 +249,10 @@ class AutoDetect(Operator):
 
     def _new_class(self) -> Operator:
         params = dict(self.class_params or {})
-        if self.strictness != 1:  # a p-value: raised to the power, as ADWIN's delta
-            params["threshold"] = float(self._base("class", "threshold")) ** self.strictness
+        if self.strictness != 1:  # a p-value: raised to the power, as ADWIN's delta; the
+            # floor keeps it a positive float (1e-50 ** 7 underflows to 0)
+            params["threshold"] = max(
+                float(self._base("class", "threshold")) ** self.strictness, _P_FLOOR)
         return create("class", **params)
 
     def _new_shape(self) -> Operator:
@@ -336,7 +365,7 @@ class AutoDetect(Operator):
             if "gate" not in payload:
                 raise ValueError("state_dict has no level gate state (level_gate is set)")
             if payload["gate"] is not None:
-                self._gate = LevelGate(self.level_gate)
+                self._gate = self._new_gate()
                 self._gate.load_state_dict(payload["gate"])
         elif "gate" in payload:
             raise ValueError("state_dict has a level gate state, this operator's level_gate "
@@ -469,6 +498,9 @@ class AutoDetect(Operator):
             elif isinstance(r, dict):
                 _merge(r, lv)
 
+    def _new_gate(self) -> LevelGate:
+        return LevelGate(self.level_gate, stat=self.level_gate_stat)
+
     def _new_routed(self, route: str) -> Operator:
         """The detector of a routed key: ``class`` for ``route="class"`` (an aperiodic key),
         else the period route's (:meth:`_new_shape`)."""
@@ -598,7 +630,7 @@ class AutoDetect(Operator):
             self._c = int(x.size)
             self._buf = np.zeros((0, self._c))
             if self.level_gate is not None and self._c == 1:
-                self._gate = LevelGate(self.level_gate)
+                self._gate = self._new_gate()
         level_out = self._run_level(rec)
         t = numeric_ts(record)
         t = np.nan if t is None else t
@@ -633,6 +665,8 @@ class AutoDetect(Operator):
     @classmethod
     def _unit_test_params(cls):
         yield {}
+        yield {"period": "shape", "aperiodic": "level", "level_gate": None}
+        yield {"level_gate_stat": "median", "class_params": {"window": 400, "n_warmup": 100}}
         yield {"multichannel": "period", "level_params": {"delta": 0.01}}
         yield {"level": "relay"}
         yield {"level": "handover", "multichannel": "period"}

@@ -10,6 +10,11 @@ import pytest
 from shiftwatch.operators import create
 from shiftwatch.operators.auto import CLEAR_RULES
 
+#: ``auto``'s default before ``level_gate`` (2026-12-07, benchmarks/results/auto.md): periodic
+#: keys to ``shape``, the others to ADWIN alone. These tests are about those two routes; the
+#: default's (``class`` with a gated ADWIN beside it) are in test_auto_gate.py.
+OLD = {"period": "shape", "aperiodic": "level", "level_gate": None}
+
 
 def records(y: np.ndarray) -> list[dict]:
     return [{"key": "k", "ts": float(i), "offset": i,
@@ -36,7 +41,7 @@ def test_routes_follow_shape_s_own_time_scale_rule():
              "second channel periodic": np.c_[rng.normal(size=400), np.sin(2 * np.pi * t / 9)]}
     routes = {}
     for name, y in cases.items():
-        outs = create("auto", multichannel="period").process_batch(records(y))
+        outs = create("auto", **OLD, multichannel="period").process_batch(records(y))
         routes[name] = outs[-1]["route"]
         shape = create("shape")
         shape.process_batch(records(y))
@@ -47,7 +52,7 @@ def test_routes_follow_shape_s_own_time_scale_rule():
 
 def test_a_periodic_key_goes_to_shape_and_alarms_as_shape_does():
     y = period_change()
-    outs = create("auto").process_batch(records(y))
+    outs = create("auto", **OLD).process_batch(records(y))
     routes = [o["route"] for o in outs]
     switch = routes.index("shape")
     assert switch in (63, 127, 255, 383)  # decided at a checkpoint of the burn-in
@@ -61,7 +66,7 @@ def test_a_periodic_key_goes_to_shape_and_alarms_as_shape_does():
 def test_an_aperiodic_key_stays_with_the_level_detector():
     rng = np.random.default_rng(5)
     z = np.r_[rng.normal(0, 1, 800), rng.normal(2.5, 1, 800)]
-    outs = create("auto").process_batch(records(z))
+    outs = create("auto", **OLD).process_batch(records(z))
     assert {o["route"] for o in outs} == {"level"}
     found = alarms(outs)
     assert found and all(r == "level" for r, _ in found)
@@ -74,7 +79,7 @@ def test_a_short_series_can_alarm_before_any_burn_in_ends():
     series of 21 or 37 records, as TCPD has, are below what its statistic allows)."""
     rng = np.random.default_rng(80)
     z = np.r_[rng.normal(0, 1, 40), rng.normal(3, 1, 40)]
-    found = alarms(create("auto").process_batch(records(z)))
+    found = alarms(create("auto", **OLD).process_batch(records(z)))
     assert found == [("level", 40)]
 
 
@@ -83,9 +88,9 @@ def test_multichannel_level_routes_every_vector_key_to_the_level_detector():
     rng = np.random.default_rng(4)
     y = np.c_[np.sin(2 * np.pi * t / 12), rng.normal(size=1200)]
     y[600:, 1] += 3.0
-    by_period = create("auto", multichannel="period").process_batch(records(y))
+    by_period = create("auto", **OLD, multichannel="period").process_batch(records(y))
     assert by_period[-1]["route"] == "shape"
-    level = create("auto").process_batch(records(y))  # the default
+    level = create("auto", **OLD).process_batch(records(y))  # the default
     assert {o["route"] for o in level} == {"level"}
     assert any(abs(c - 600) <= 10 for _, c in alarms(level))
 
@@ -96,16 +101,16 @@ def test_cutting_anywhere_and_restoring_gives_the_same_outputs(cut):
 
     y = period_change(2400, 1200, seed=3)
     recs = records(y)
-    whole = create("auto").process_batch(recs)
-    first = create("auto")
+    whole = create("auto", **OLD).process_batch(recs)
+    first = create("auto", **OLD)
     head = first.process_batch(recs[:cut])
-    second = create("auto")
+    second = create("auto", **OLD)
     second.load_state_dict(loads_state(dumps_state(first.state_dict())))
     assert head + second.process_batch(recs[cut:]) == whole
 
 
 def test_bad_input_is_a_dead_letter_and_leaves_the_state_alone():
-    op = create("auto")
+    op = create("auto", **OLD)
     recs = records(period_change(400, 300))
     bad = [{"key": "k", "value": "x"}, {"key": "k", "value": [1.0, 2.0]},
            {"key": "k", "value": float("nan")}, {"key": "k"}]
@@ -113,13 +118,13 @@ def test_bad_input_is_a_dead_letter_and_leaves_the_state_alone():
     outs = op.process_batch(mixed)
     dead = [o for o in outs if not isinstance(o, dict)]
     assert len(dead) == 4
-    clean = create("auto").process_batch(recs)
+    clean = create("auto", **OLD).process_batch(recs)
     assert [o for o in outs if isinstance(o, dict)] == clean
 
 
 def test_parameters_are_checked():
     with pytest.raises(ValueError, match="multichannel"):
-        create("auto", multichannel="joint")
+        create("auto", **OLD, multichannel="joint")
     with pytest.raises(ValueError, match="threshold"):
         create("auto", shape_params={"threshold": -1})
     with pytest.raises(ValueError, match="field"):
@@ -135,8 +140,8 @@ def two_quick_changes(seed: int = 5) -> np.ndarray:
 def test_the_relay_reports_cs_where_it_judges_and_a_restarted_adwin_in_its_burn_in():
     y = two_quick_changes()
     cs = create("cs").process_batch(records(y))
-    relay = create("auto", level="relay").process_batch(records(y))
-    adwin = create("auto").process_batch(records(y))
+    relay = create("auto", **OLD, level="relay").process_batch(records(y))
+    adwin = create("auto", **OLD).process_batch(records(y))
     first_cs = next(i for i, o in enumerate(cs) if o["alarm"])
     got = [(i, o["change_at"]) for i, o in enumerate(relay) if o["alarm"]]
     # cs's alarm is the relay's (same record, same location) ...
@@ -155,8 +160,8 @@ def test_the_handover_is_adwin_until_cs_is_bounded_then_cs_alone():
     y[900:] += 1.5
     recs = records(y)
     cs = create("cs").process_batch(recs)
-    adwin = create("auto").process_batch(recs)
-    hand = create("auto", level="handover").process_batch(recs)
+    adwin = create("auto", **OLD).process_batch(recs)
+    hand = create("auto", **OLD, level="handover").process_batch(recs)
     start = next(i for i, o in enumerate(cs) if o["lower"] is not None or o["alarm"])
     assert 0 < start < 900
     keys = ("alarm", "change_at")
@@ -171,10 +176,10 @@ def test_the_handover_is_adwin_until_cs_is_bounded_then_cs_alone():
 def test_cs_level_routes_go_record_by_record_as_in_batches(level):
     y = two_quick_changes(seed=6)
     recs = records(y)
-    batch = create("auto", level=level).process_batch(recs)
-    op = create("auto", level=level)
+    batch = create("auto", **OLD, level=level).process_batch(recs)
+    op = create("auto", **OLD, level=level)
     assert [op.process(r)[0] for r in recs] == batch
-    op = create("auto", level=level)
+    op = create("auto", **OLD, level=level)
     assert [o for k in range(0, len(recs), 97) for o in op.process_batch(recs[k:k + 97])] \
         == batch
 
@@ -185,14 +190,14 @@ def test_cs_level_routes_restore_anywhere(level, cut):
     from shiftwatch.operators.state_codec import dumps_state, loads_state
 
     recs = records(two_quick_changes(seed=7))
-    whole = create("auto", level=level).process_batch(recs)
-    first = create("auto", level=level)
+    whole = create("auto", **OLD, level=level).process_batch(recs)
+    first = create("auto", **OLD, level=level)
     head = first.process_batch(recs[:cut])
-    second = create("auto", level=level)
+    second = create("auto", **OLD, level=level)
     second.load_state_dict(loads_state(dumps_state(first.state_dict())))
     assert head + second.process_batch(recs[cut:]) == whole
     with pytest.raises(ValueError, match="cs state"):
-        create("auto", level=level).load_state_dict(create("auto").state_dict())
+        create("auto", **OLD, level=level).load_state_dict(create("auto", **OLD).state_dict())
 
 
 def test_the_level_route_is_checked():
@@ -201,17 +206,17 @@ def test_the_level_route_is_checked():
 
 
 def test_strictness_scales_both_routes_and_one_leaves_the_defaults():
-    op = create("auto", strictness=2.0, level="relay")
+    op = create("auto", **OLD, strictness=2.0, level="relay")
     assert op._new_shape().all_params()["threshold"] == 12.0
     assert op._new_adwin().all_params()["delta"] == pytest.approx(0.002 ** 2)
     assert op._new_cs().all_params()["alpha"] == pytest.approx(0.001 ** 2)
-    own = create("auto", strictness=0.5, shape_params={"threshold": 4.0},
+    own = create("auto", **OLD, strictness=0.5, shape_params={"threshold": 4.0},
                  level_params={"delta": 0.01})
     assert own._new_shape().all_params()["threshold"] == 2.0
     assert own._new_adwin().all_params()["delta"] == pytest.approx(0.1)
     recs = records(period_change(2400, 1200, seed=5))
-    assert create("auto", strictness=1.0).process_batch(recs) == \
-        create("auto").process_batch(recs)
+    assert create("auto", **OLD, strictness=1.0).process_batch(recs) == \
+        create("auto", **OLD).process_batch(recs)
 
 
 @pytest.mark.parametrize("periodic", [True, False])
@@ -226,7 +231,7 @@ def test_more_strictness_fewer_alarms_on_both_routes(periodic):
             y[i] = 0.9 * y[i - 1] + rng.normal()
     counts = []
     for k in (0.3, 1.0, 3.0):
-        outs = create("auto", strictness=k).process_batch(records(y))
+        outs = create("auto", **OLD, strictness=k).process_batch(records(y))
         assert {o["route"] for o in outs[500:]} == {"shape" if periodic else "level"}
         counts.append(sum(o["alarm"] for o in outs))
     assert counts[0] >= counts[1] >= counts[2] and counts[0] > counts[2], counts
@@ -254,7 +259,7 @@ def red_noise_change(n: int = 2400, at: int = 1200, seed: int = 2) -> np.ndarray
     return y
 
 
-APERIODIC = {"aperiodic": "class", "class_params": {"window": 2000}}
+APERIODIC = {**OLD, "aperiodic": "class", "class_params": {"window": 2000}}
 
 
 def test_an_aperiodic_key_goes_to_class_at_its_warm_up_and_alarms_as_class_does():
@@ -269,8 +274,8 @@ def test_an_aperiodic_key_goes_to_class_at_its_warm_up_and_alarms_as_class_does(
     want = [o["change_at"] for o in direct if o["alarm"] and o["offset"] >= 499]
     got = [c for r, c in alarms(outs) if r == "class"]
     assert got == want and any(abs(c - 1200) < 60 for c in got)
-    # The default keeps the key with the level detector throughout.
-    assert {o["route"] for o in create("auto").process_batch(records(y))} == {"level"}
+    # The old default kept the key with the level detector throughout.
+    assert {o["route"] for o in create("auto", **OLD).process_batch(records(y))} == {"level"}
 
 
 def test_aperiodic_class_leaves_periodic_short_and_multichannel_keys_as_they_were():
@@ -278,7 +283,7 @@ def test_aperiodic_class_leaves_periodic_short_and_multichannel_keys_as_they_wer
               red_noise_change(400, 200),  # shorter than class's warm-up: level only
               np.c_[red_noise_change(1200, 600), red_noise_change(1200, 600, seed=9)]):
         assert create("auto", **APERIODIC).process_batch(records(y)) \
-            == create("auto").process_batch(records(y))
+            == create("auto", **OLD).process_batch(records(y))
 
 
 @pytest.mark.parametrize("cut", [100, 384, 450, 500, 501, 1500])
@@ -295,6 +300,6 @@ def test_aperiodic_class_restores_anywhere(cut):
     one = create("auto", **APERIODIC)
     assert [o for r in recs for o in one.process(r)] == whole
     with pytest.raises(ValueError, match="aperiodic"):
-        create("auto").load_state_dict(first.state_dict())
+        create("auto", **OLD).load_state_dict(first.state_dict())
     with pytest.raises(ValueError, match="aperiodic"):
         create("auto", aperiodic="shape")

@@ -24,10 +24,12 @@ def _mixed():
 MIXED = _mixed()
 
 
-def _stream(seed: int, periodic: bool, n: int = 1500) -> list:
+def _stream(seed: int, periodic: bool, n: int = 1500, new_period: bool = False) -> list:
     rng = np.random.default_rng(seed)
     t = np.arange(n)
-    if periodic:
+    if periodic and new_period:  # a change of period, which class sees
+        y = np.where(t < n // 2, np.sin(2 * np.pi * t / 12), np.sin(2 * np.pi * t / 19))
+    elif periodic:  # a change of amplitude, which shape sees
         y = np.sin(2 * np.pi * t / 12) * np.where(t < n // 2, 1.0, 2.0)
     else:
         y = np.where(t < n // 2, 0.0, 2.0)
@@ -41,17 +43,31 @@ def _process(op, record):
         return [op._dead_letter(record, exc)]
 
 
+#: the default (class, a gated ADWIN beside it) and the one before it (shape or ADWIN)
+OLD = {"period": "shape", "aperiodic": "level", "level_gate": None}
+
+
 @pytest.mark.parametrize("periodic", [True, False])
 @pytest.mark.parametrize("level", ["adwin", "relay"])
 @pytest.mark.parametrize("batch", [1, 50, 10_000])
-def test_batches_equal_the_record_path_whatever_the_value_types(periodic, level, batch):
-    recs = _stream(3, periodic)
-    one = create("auto", level=level)
+@pytest.mark.parametrize("config", ["old", "mean", "median"])
+def test_batches_equal_the_record_path_whatever_the_value_types(periodic, level, batch, config):
+    recs = _stream(3, periodic, new_period=config != "old")
+    params = {**(OLD if config == "old" else {"level_gate_stat": config}), "level": level}
+    one = create("auto", **params)
     slow = [o for r in recs for o in _process(one, r)]
-    op = create("auto", level=level)
+    op = create("auto", **params)
     fast = [o for k in range(0, len(recs), batch) for o in op.process_batch(recs[k:k + batch])]
     MIXED.same_outputs(fast, slow)
     assert any(not isinstance(o, dict) for o in fast)
     routes = {o["route"] for o in fast if isinstance(o, dict)}
-    assert routes == ({"level", "shape"} if periodic else {"level"})
-    assert any(o.get("alarm") for o in fast if isinstance(o, dict))
+    if config == "old":
+        assert routes == ({"level", "shape"} if periodic else {"level"})
+    else:  # class from its warm-up on; "level" also names a kept level alarm after it
+        assert "class" in routes and routes <= {"level", "class"}
+    found = any(o.get("alarm") for o in fast if isinstance(o, dict))
+    # The stream's hostile values include -1e150, in range: class's z-normalised
+    # subsequences and a mean-form gate cannot see past it (auto.md, "A winsorised effect
+    # size"), so on the default's ADWIN route only the relay's cs alarms are sure here; the
+    # default's alarms on a clean stream, batch against record, are in test_auto_gate.py.
+    assert found or (config != "old" and level == "adwin")
