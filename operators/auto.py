@@ -14,7 +14,7 @@ data by rules declared before their scores (``benchmarks/results/auto.md``):
   handed over (``change_at`` the latest, ``changes_at`` all).
 * **The level detector stays beside it** (``level_gate=3``): on a univariate key, a level
   alarm is kept only when the level moved by at least 3 pooled standard deviations across
-  its located change (:class:`~shiftwatch.operators.level_gate.LevelGate`), and a change
+  its located change (:class:`~shiftwatch.operators.locate.LevelGate`), and a change
   the other detector located within 32 records is not reported twice. ``class``'s
   z-normalised subsequences cannot see a change of level; ADWIN's false alarms on changes of
   shape move the mean by much less than the noise.
@@ -36,8 +36,7 @@ from typing import Any
 import numpy as np
 
 from shiftwatch.operators.contract import Operator
-from shiftwatch.operators.level_gate import STATS as GATE_STATS
-from shiftwatch.operators.level_gate import LevelGate
+from shiftwatch.operators.locate import GATE_STATS, LevelGate
 from shiftwatch.operators.period import checkpoints, time_scale_rule
 from shiftwatch.operators.registry import create, register
 from shiftwatch.operators.sensitivity import Sensitivity

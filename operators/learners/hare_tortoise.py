@@ -368,6 +368,7 @@ class HareTortoise(Operator):
                                                    if torch.is_floating_point(b)]
         self._hare_other = [b for b in hare.buffers() if not torch.is_floating_point(b)]
         self._hare_all = [*hare.parameters(), *hare.buffers()]
+        self._hare_params = [*hare.parameters()]  # the optimiser's (zero_grad, clipping)
         t = self._tortoise
         if t is not None:
             self._tort_float = [*t.parameters()] + [b for b in t.buffers()
@@ -723,12 +724,14 @@ class HareTortoise(Operator):
                 group["lr"] = self.lr_now
             self._opt_steps = None if self._opt_steps + 1 >= self.reset_lr_warmup \
                 else self._opt_steps + 1
-        self._opt.zero_grad(set_to_none=True)
+        params = self._hare_params
+        for p in params:  # the optimiser's zero_grad(set_to_none=True)
+            p.grad = None
         loss = torch.nn.functional.cross_entropy(self._hare(x.to(self._dtype)), y)
         loss.backward()
         if self.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._hare.parameters(), self.clip_norm)
-        self._opt.step()
+            ht_support.clip_grad_norm(params, self.clip_norm)
+        ht_support.adamw_step(self._opt, params)
 
     def _ema(self) -> None:
         torch = _torch()

@@ -167,3 +167,62 @@ class CheckSuiteHooks:
             {"key": "k", "y": 0},
         ]
 
+
+
+def clip_grad_norm(params: Sequence[Any], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm)`` for parameters of one device and
+    dtype, without its per-call grouping and checks: the same kernels in the same order
+    (``_foreach_norm``, the norm of the stacked norms, the clamped coefficient, one
+    ``_foreach_mul_``), so the same gradients to the bit; other parameters go to torch's
+    own function."""
+    torch = load_torch()
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    first = grads[0]
+    if any(g.device != first.device or g.dtype != first.dtype or g.is_sparse
+           for g in grads) or first.device.type != "cpu":
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return
+    norms = torch._foreach_norm(grads, 2.0)
+    total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+    coef = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, coef)
+
+
+def adamw_step(opt: Any, params: Sequence[Any]) -> None:
+    """``opt.step()`` for a fused AdamW of one parameter group on CPU whose state exists
+    (after its first step) and whose every parameter has a gradient, without the step's
+    per-call grouping, hooks and profiler scopes: torch's own two calls (the steps
+    incremented, then ``_fused_adamw_``) with the group's hyper-parameters, so the same
+    update to the bit. Anything else goes to ``opt.step()``."""
+    torch = load_torch()
+    groups = opt.param_groups
+    g = groups[0]
+    if (len(groups) != 1 or not g.get("fused") or g.get("amsgrad") or g.get("maximize")
+            or g.get("capturable") or g.get("differentiable")
+            or not g.get("decoupled_weight_decay", True)
+            or isinstance(g["lr"], torch.Tensor) or len(g["params"]) != len(params)
+            or any(a is not b for a, b in zip(g["params"], params, strict=True))):
+        opt.step()
+        return
+    grads, avgs, sqs, steps = [], [], [], []
+    state = opt.state
+    for p in params:
+        st = state.get(p)
+        if p.grad is None or not st or p.device.type != "cpu" or p.grad.is_sparse:
+            opt.step()
+            return
+        grads.append(p.grad)
+        avgs.append(st["exp_avg"])
+        sqs.append(st["exp_avg_sq"])
+        steps.append(st["step"])
+    if any(q.dtype != params[0].dtype for q in params):
+        opt.step()
+        return
+    beta1, beta2 = g["betas"]
+    torch._foreach_add_(steps, 1)
+    torch._fused_adamw_(list(params), grads, avgs, sqs, [], steps, amsgrad=False, lr=g["lr"],
+                        beta1=float(beta1), beta2=float(beta2),
+                        weight_decay=g["weight_decay"], eps=g["eps"], maximize=False,
+                        grad_scale=None, found_inf=None)

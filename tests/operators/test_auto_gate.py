@@ -1,7 +1,7 @@
 """``auto``'s default since issue 48's "side by side" round (benchmarks/results/auto.md):
 every univariate key long enough goes to ``class``, and the level detector runs beside it
 with its alarms kept only when the level moved by ``level_gate`` (3) pooled standard
-deviations (:class:`shiftwatch.operators.level_gate.LevelGate`)."""
+deviations (:class:`shiftwatch.operators.locate.LevelGate`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from shiftwatch.operators import create
-from shiftwatch.operators.level_gate import LevelGate
+from shiftwatch.operators.locate import LevelGate
 from shiftwatch.operators.state_codec import dumps_state, loads_state
 
 OLD = {"period": "shape", "aperiodic": "level", "level_gate": None}
