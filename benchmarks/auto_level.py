@@ -1,6 +1,7 @@
 """``auto``'s level detector: River's ADWIN ``delta`` candidates on the development data.
 
     python benchmarks/auto_level.py [--data ../shared/data] [--sets SET[,SET]] [--jobs N]
+                                    [--multichannel]
 
 Runs ``auto`` (its defaults, ``multichannel="level"``) with each candidate ``level_params``
 (``None`` = River's ADWIN defaults, delta 0.002; then delta 0.0002, 0.00002, 0.000002) on
@@ -10,7 +11,9 @@ its ``auto`` row). Prints, per set, F1@5, F1@1%, covering, alarms / false / miss
 and the means over the three sets (each set's mean over its series, the three averaged with
 equal weight), then the alarms, series by series, of the series whose key ends on the level
 route. The rule that uses these numbers is declared in ``benchmarks/results/auto.md``
-("The level detector's ADWIN delta"); this script only measures.
+("The level detector's ADWIN delta"); this script only measures. ``--multichannel`` runs the
+candidates of "The multichannel keys' ADWIN delta" instead (delta 0.002, 0.01, 0.05, 0.2; run
+it with ``--sets mocap6,mts-dev``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ CANDIDATES: list[dict | None] = [None, {"delta": 0.0002}, {"delta": 0.00002},
 #: realdata.md / auto.md's ``auto`` row (F1@1%, covering): the harness check for ``None``.
 EXPECTED = {"tssb-dev": (0.566, 0.632), "mocap6": (0.483, 0.717),
             "TCPD (River)": (0.638, 0.573)}
+#: ``--multichannel``: the candidates of auto.md's "The multichannel keys' ADWIN delta"
+MULTI_CANDIDATES: list[dict | None] = [None, {"delta": 0.01}, {"delta": 0.05}, {"delta": 0.2}]
 KEYS = ("F1@5", "F1@1%", "covering", "alarms/series")
 
 
@@ -114,7 +119,7 @@ def tables(results: dict, sets: list[str]) -> str:
                          f"{realdata._mean(r['n_false'] for r in rows):.2f} | "
                          f"{realdata._mean(r['n_missed'] for r in rows):.2f} |")
         lines.append("")
-    lines += ["### Means over the three sets (equal weight)", "",
+    lines += [f"### Means over the {len(sets)} sets (equal weight)", "",
               "| level_params | " + " | ".join(f"{ds} F1@1% / cov" for ds in sets)
               + " | mean F1@5 | mean F1@1% | mean covering |",
               "| --- | " + " | ".join("---:" for _ in sets) + " | ---: | ---: | ---: |"]
@@ -176,7 +181,11 @@ def run(argv, script: str, runner=None):
     ap.add_argument("--sets", default=",".join(realdata.SETS),
                     help=f"comma-separated ({', '.join(realdata.SETS)})")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--multichannel", action="store_true",
+                    help="the multichannel keys' delta candidates (auto.md)")
     args = ap.parse_args(argv)
+    if args.multichannel:
+        CANDIDATES[:] = MULTI_CANDIDATES
     keys = args.sets.split(",")
     bad = [k for k in keys if k not in realdata.SETS]
     if bad:
