@@ -71,7 +71,9 @@ AUTO_PERIOD = "auto (multichannel=period)"
 AUTO_RELAY = "auto (level=relay)"
 #: auto's options beside its default (class, a gated ADWIN beside it; auto.md's rounds)
 AUTO_OPTIONS = {
-    "auto (before level_gate)": {"period": "shape", "aperiodic": "level", "level_gate": None},
+    "auto (before level_gate)": {"period": "shape", "aperiodic": "level", "level_gate": None,
+                                 "multichannel_delta": None},
+    "auto (multichannel_delta=None)": {"multichannel_delta": None},
     "auto (period=shape)": {"period": "shape"},
     "auto (level_gate=None)": {"level_gate": None},
     "auto (level_gate=2)": {"level_gate": 2.0},
@@ -578,12 +580,13 @@ def main(argv=None) -> int:
         "issue 48), `karcher chain "
         "(threshold=adaptive)` with the default before it. `auto` runs with its defaults "
         "(since the \"side by side\" round of auto.md: every univariate key to `class` at "
-        "its warm-up, ADWIN beside it with `level_gate=3`; multichannel keys to the level "
-        "detector), `auto (before level_gate)` with the default before that round (`shape` "
-        "for a clear period, ADWIN alone otherwise), and each other `auto (...)` row with one "
-        "option changed from the defaults (auto.md: `multichannel=period`, `level=relay`, "
-        "`period=shape`, `level_gate=None` or `2`, the robust gates; each rejected as the "
-        "default by its declared rule). `class` runs "
+        "its warm-up, ADWIN beside it with `level_gate=3`; multichannel keys to per-channel "
+        "ADWIN with `delta=0.2`, its \"multichannel keys' ADWIN delta\" round), `auto "
+        "(before level_gate)` with the default before those rounds (`shape` for a clear "
+        "period, ADWIN alone otherwise, River's delta), and each other `auto (...)` row with "
+        "one option changed from the defaults (auto.md: `multichannel=period`, `level=relay`, "
+        "`period=shape`, `level_gate=None` or `2`, the robust gates, `multichannel_delta="
+        "None`; each rejected as the default by its declared rule). `class` runs "
 "with its defaults (ClaSS written here; `n_warmup=500`, clasp.md). "
         "`shape` runs with its default `threshold=6.0`; `shape "
         "(asymmetry=True)` adds the time-asymmetry scan (an option; rejected as the default "

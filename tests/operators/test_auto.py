@@ -13,7 +13,8 @@ from shiftwatch.operators.auto import CLEAR_RULES
 #: ``auto``'s default before ``level_gate`` (2026-12-07, benchmarks/results/auto.md): periodic
 #: keys to ``shape``, the others to ADWIN alone. These tests are about those two routes; the
 #: default's (``class`` with a gated ADWIN beside it) are in test_auto_gate.py.
-OLD = {"period": "shape", "aperiodic": "level", "level_gate": None}
+OLD = {"period": "shape", "aperiodic": "level", "level_gate": None,
+       "multichannel_delta": None}
 
 
 def records(y: np.ndarray) -> list[dict]:

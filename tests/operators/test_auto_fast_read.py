@@ -44,7 +44,8 @@ def _process(op, record):
 
 
 #: the default (class, a gated ADWIN beside it) and the one before it (shape or ADWIN)
-OLD = {"period": "shape", "aperiodic": "level", "level_gate": None}
+OLD = {"period": "shape", "aperiodic": "level", "level_gate": None,
+       "multichannel_delta": None}
 
 
 @pytest.mark.parametrize("periodic", [True, False])

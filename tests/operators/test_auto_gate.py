@@ -12,7 +12,8 @@ from shiftwatch.operators import create
 from shiftwatch.operators.locate import LevelGate
 from shiftwatch.operators.state_codec import dumps_state, loads_state
 
-OLD = {"period": "shape", "aperiodic": "level", "level_gate": None}
+OLD = {"period": "shape", "aperiodic": "level", "level_gate": None,
+       "multichannel_delta": None}
 
 
 def records(y: np.ndarray) -> list[dict]:
@@ -173,3 +174,34 @@ def test_multichannel_keys_are_not_gated():
 def test_strictness_keeps_class_s_threshold_a_positive_p_value():
     op = create("auto", strictness=10.0)
     assert op._new_class().all_params()["threshold"] == 1e-300
+
+
+def test_multichannel_keys_get_the_chosen_adwin_delta_and_keep_it_across_a_restore():
+    rng = np.random.default_rng(4)
+    y = rng.normal(size=(3000, 3))
+    y[1500:, 1] += 1.0
+    recs = records(y)
+    op = create("auto")
+    whole = op.process_batch(recs)
+    assert op._level[1].all_params()["delta"] == 0.2
+    for cut in (1, 700, 2000):
+        a = create("auto")
+        head = a.process_batch(recs[:cut])
+        b = create("auto")
+        b.load_state_dict(loads_state(dumps_state(a.state_dict())))
+        assert b._level[1].all_params()["delta"] == 0.2
+        assert head + b.process_batch(recs[cut:]) == whole
+    # a univariate key keeps River's delta; None gives multichannel keys level_params'
+    uni = create("auto")
+    uni.process_batch(records(rng.normal(size=50)))
+    assert uni._level[1].all_params()["delta"] == 0.002
+    old = create("auto", multichannel_delta=None)
+    old.process_batch(recs[:10])
+    assert old._level[1].all_params()["delta"] == 0.002
+    # strictness raises it to its power, as it does the univariate delta
+    strict = create("auto", strictness=2.0)
+    strict.process_batch(recs[:10])
+    assert strict._level[1].all_params()["delta"] == pytest.approx(0.04)
+    for bad in (0, 1, 1.5, True, "0.2"):
+        with pytest.raises(ValueError, match="multichannel_delta"):
+            create("auto", multichannel_delta=bad)
