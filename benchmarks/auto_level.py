@@ -38,6 +38,11 @@ EXPECTED = {"tssb-dev": (0.566, 0.632), "mocap6": (0.483, 0.717),
             "TCPD (River)": (0.638, 0.573)}
 #: ``--multichannel``: the candidates of auto.md's "The multichannel keys' ADWIN delta"
 MULTI_CANDIDATES: list[dict | None] = [None, {"delta": 0.01}, {"delta": 0.05}, {"delta": 0.2}]
+#: ``auto``'s defaults when the rounds of 2026-12-04 ran (and ``auto_clock``, ``auto_handover``,
+#: ``auto_cs_level``, which use this harness): the candidates are changes of these, so a
+#: re-run reproduces those rounds whatever ``auto``'s defaults are now.
+BASE: dict = {"period": "shape", "aperiodic": "level", "level_gate": None,
+              "multichannel_delta": None}
 KEYS = ("F1@5", "F1@1%", "covering", "alarms/series")
 
 
@@ -48,6 +53,11 @@ def label(params: dict | None) -> str:
 def auto_params(params: dict | None) -> dict:
     """``auto``'s parameters for a candidate (a caller may point this elsewhere)."""
     return {} if params is None else {"level_params": dict(params)}
+
+
+def _multi_params(params: dict | None) -> dict:
+    """``--multichannel``: a candidate's delta for the multichannel keys."""
+    return {} if params is None else {"multichannel_delta": params["delta"]}
 
 
 def route(op) -> str | None:
@@ -80,7 +90,7 @@ def run_one(job: tuple[int, str, list[dict]]) -> tuple[int, str, list[dict], flo
     """One candidate on one data set: per-series score rows (with ``name`` and ``route``)."""
     ci, ds, series = job
     params = CANDIDATES[ci]
-    chain = [("auto", auto_params(params))]
+    chain = [("auto", {**BASE, **auto_params(params)})]
     rows = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,7 +179,8 @@ def check(results: dict, sets: list[str]) -> str:
         ok = exp is None or got == exp
         out.append(f"{ds}: None gives F1@1% {got[0]:.3f}, covering {got[1]:.3f}; "
                    f"realdata.md {exp} -> {'same' if ok else 'DIFFERENT'}")
-    return "Harness check (candidate None against realdata.md's `auto`): " + "; ".join(out)
+    return ("Harness check (candidate None against realdata.md's `auto` of the rounds' time, "
+            "now its `auto (before level_gate)` row): " + "; ".join(out))
 
 
 def run(argv, script: str, runner=None):
@@ -184,8 +195,12 @@ def run(argv, script: str, runner=None):
     ap.add_argument("--multichannel", action="store_true",
                     help="the multichannel keys' delta candidates (auto.md)")
     args = ap.parse_args(argv)
-    if args.multichannel:
+    if args.multichannel:  # on the defaults of its round (2026-12-07): class, the gate
+        global BASE, auto_params
         CANDIDATES[:] = MULTI_CANDIDATES
+        BASE = {"period": "class", "aperiodic": "class", "level_gate": 3.0,
+                "multichannel_delta": None}
+        auto_params = _multi_params
     keys = args.sets.split(",")
     bad = [k for k in keys if k not in realdata.SETS]
     if bad:
