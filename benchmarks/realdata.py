@@ -75,6 +75,7 @@ AUTO_OPTIONS = {
                                  "multichannel_delta": None},
     "auto (multichannel_delta=None)": {"multichannel_delta": None},
     "auto (period=shape)": {"period": "shape"},
+    "auto (period=shape+class)": {"period": "shape+class"},
     "auto (level_gate=None)": {"level_gate": None},
     "auto (level_gate=2)": {"level_gate": 2.0},
     "auto (level_gate_stat=median)": {"level_gate_stat": "median"},

@@ -8,10 +8,12 @@ data by rules declared before their scores (``benchmarks/results/auto.md``):
   River's ADWIN, one per channel, an alarm when any channel alarms, located by the mean-shift
   split), so a short series can alarm (ADWIN checks every 32 records: its warm-up).
 * **A univariate key** goes to ``class`` (ClaSS) once it has ``class``'s warm-up (500
-  records), whatever its period (``period="class"`` for a key with a clear period by
-  ``shape``'s time-scale rule, ``aperiodic="class"`` for one without). ``class`` replays the
-  buffered first records, so none is lost; alarms of that replay come on the record that
-  handed over (``change_at`` the latest, ``changes_at`` all).
+  records), whatever its period. ``class`` replays the buffered first records, so none is
+  lost; alarms of that replay come on the record that handed over (``change_at`` the latest,
+  ``changes_at`` all). Before that, a key with a clear period by ``shape``'s time-scale rule
+  (at a checkpoint of 64, 128, 256 or 384 records) is ``shape``'s (``period="shape+class"``),
+  so a short periodic series can alarm on a change of shape; one without stays with the
+  level detector (``aperiodic="class"``).
 * **The level detector stays beside it** (``level_gate=3``): on a univariate key, a level
   alarm is kept only when the level moved by at least 3 pooled standard deviations across
   its located change (:class:`~shiftwatch.operators.locate.LevelGate`), and a change
@@ -55,7 +57,7 @@ _CARRY = ("alarm", "statistic", "threshold", "change_at", "change_ts", "changes_
 #: "shape": the period route (``period=``); "class": an aperiodic key handed to ``class``
 _ROUTES = ("deciding", "shape", "level", "class")
 #: The period route's detectors (``period=``).
-_PERIODS = ("shape", "class")
+_PERIODS = ("shape", "class", "shape+class")
 _MULTI = ("period", "level")
 #: What a key without a clear period goes to (``aperiodic=``).
 _APERIODIC = ("level", "class")
@@ -102,11 +104,15 @@ class AutoDetect(Operator):
         Parameters of ``shape`` (its ``burn_in``, ``burn_in_min``, ``min_acf`` and ``p_min``
         also set the routing checkpoints and test, whichever ``period`` detector runs).
     period
-        The detector of the keys with a clear period: ``"class"`` (default; ClaSS, which
-        replays the key's first records and needs its own warm-up, 500 records) or
-        ``"shape"`` (decided at a checkpoint of the burn-in; it sees changes of amplitude,
-        which ``class``'s z-normalised subsequences do not). ``"shape"`` was the default
-        until the "side by side" round (``benchmarks/results/auto.md``).
+        The detector of the keys with a clear period. ``"shape+class"`` (default): ``shape``
+        from the checkpoint that found the period, the key's records buffered (at most
+        ``class``'s warm-up), then ``class`` once the key has 500 records, replaying them
+        (``shape`` is dropped). ``"class"``: ``class`` at once (it cannot alarm before its
+        warm-up). ``"shape"``: ``shape`` throughout (it sees changes of amplitude, which
+        ``class``'s z-normalised subsequences do not). Chosen by rules declared before the
+        scores (``benchmarks/results/auto.md``, "The period route: ``shape`` until
+        ``class``'s warm-up"): mean covering over the three development sets 0.729 against
+        0.712 for ``"class"``; TCPD's short periodic series are ``shape``'s.
     class_params
         Parameters of ``class`` (``period="class"`` or ``aperiodic="class"``).
     aperiodic
@@ -192,7 +198,7 @@ class AutoDetect(Operator):
 
     def __init__(self, field: str = "value", multichannel: str = "level",
                  shape_params: Mapping | None = None, level_params: Mapping | None = None,
-                 level: str = "adwin", strictness: float = 1.0, period: str = "class",
+                 level: str = "adwin", strictness: float = 1.0, period: str = "shape+class",
                  class_params: Mapping | None = None, aperiodic: str = "class",
                  level_gate: float | None = 3.0, level_gate_stat: str = "mean",
                  multichannel_delta: float | None = 0.2):
@@ -482,6 +488,36 @@ class AutoDetect(Operator):
         return got
 
     def _routed_run(self, inner: list[dict]) -> list:
+        """The routed detector over records; with ``period="shape+class"`` a ``shape`` key
+        goes to ``class`` at its warm-up (the records buffered until then)."""
+        if not (self._route == "shape" and self.period == "shape+class"):
+            return self._routed_core(inner)
+        k = max(0, int(self._base("class", "n_warmup")) - len(self._buf))
+        got = self._routed_core(inner[:k]) if k else []
+        head = inner[:k]
+        if head:
+            self._buf = np.vstack([self._buf, np.asarray([r["value"] for r in head],
+                                                         dtype=np.float64).reshape(len(head), -1)])
+            ts = [numeric_ts(r) for r in head]
+            self._bts = np.append(self._bts, [np.nan if t is None else t for t in ts])
+        if k >= len(inner) and len(self._buf) < int(self._base("class", "n_warmup")):
+            return got
+        for o in got:  # made by shape: their label is fixed before the route changes
+            if isinstance(o, dict):
+                o.setdefault("_route", "shape")
+        handed = self._replay_into("class")  # class takes the key: shape is dropped
+        if handed.get("alarm") and got and isinstance(got[-1], dict):
+            o = got[-1]
+            if o.get("alarm"):
+                ch = sorted(set(o.get("changes_at") or [o["change_at"]])
+                            | set(handed.get("changes_at") or [handed["change_at"]]))
+                o["change_at"], o["changes_at"] = ch[-1], ch
+            else:
+                o.update({f: v for f, v in handed.items() if f in _CARRY})
+                o["_route"] = "class"
+        return got + (self._routed_core(inner[k:]) if k < len(inner) else [])
+
+    def _routed_core(self, inner: list[dict]) -> list:
         """The routed detector over records; with ``level_gate`` the level detector runs
         beside it, and its kept alarms are merged into the routed outputs."""
         got = self._shape.process_batch(inner)
@@ -549,7 +585,8 @@ class AutoDetect(Operator):
         if self._gate is None:  # with the gate the level detector runs on beside it
             self._level, self._cs = None, None
         self._pending = False
-        self._buf, self._bts = np.zeros((0, self._c)), np.zeros(0)
+        if not (route == "shape" and self.period == "shape+class"):  # (kept for class)
+            self._buf, self._bts = np.zeros((0, self._c)), np.zeros(0)
         found = []
         for o in outs:
             if o.get("alarm"):
@@ -574,7 +611,8 @@ class AutoDetect(Operator):
     def process(self, record: Mapping) -> list[dict]:
         x = self._read(record)  # BadInput leaves the state untouched
         rec = self._inner(record, x)
-        if self._route in ("shape", "class") and self._gate is not None:
+        if self._route in ("shape", "class") and (self._gate is not None
+                                                  or self.period == "shape+class"):
             inner = self._routed_run([rec])[0]
             if not isinstance(inner, dict):
                 raise BadInput(inner.reason)
@@ -593,7 +631,7 @@ class AutoDetect(Operator):
     def _label(self) -> str:
         """The ``route`` field of the outputs: the detector that made them."""
         if self._route == "shape":
-            return self.period
+            return "shape" if self.period == "shape+class" else self.period
         return "class" if self._route == "class" else "level"
 
     def process_batch(self, records) -> list:

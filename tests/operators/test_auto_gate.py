@@ -37,8 +37,8 @@ def shape_then_level(n: int = 3000, seed: int = 0) -> np.ndarray:
 
 def test_the_default_is_class_with_a_gated_level_detector():
     p = create("auto").all_params()
-    assert (p["period"], p["aperiodic"], p["level_gate"], p["level_gate_stat"]) == \
-        ("class", "class", 3.0, "mean")
+    assert (p["period"], p["aperiodic"], p["level_gate"], p["level_gate_stat"],
+            p["multichannel_delta"]) == ("shape+class", "class", 3.0, "mean", 0.2)
 
 
 def test_class_finds_the_change_of_shape_and_the_gated_level_detector_the_level_shift():
@@ -205,3 +205,31 @@ def test_multichannel_keys_get_the_chosen_adwin_delta_and_keep_it_across_a_resto
     for bad in (0, 1, 1.5, True, "0.2"):
         with pytest.raises(ValueError, match="multichannel_delta"):
             create("auto", multichannel_delta=bad)
+
+
+def test_a_periodic_key_is_shape_s_until_class_s_warm_up_then_class_s():
+    """``period="shape+class"``: a change of amplitude at 300 (which ``class`` cannot see,
+    and which comes before its warm-up) is ``shape``'s; a change of period at 1500 after the
+    hand-over is ``class``'s; record, batch and restored runs agree."""
+    rng = np.random.default_rng(3)
+    t = np.arange(3000)
+    y = np.sin(2 * np.pi * t / 10) * np.where(t < 300, 1.0, 3.0)
+    y = np.where(t < 1500, y, 3 * np.sin(2 * np.pi * t / 17)) + 0.3 * rng.normal(size=3000)
+    recs = records(y)
+    outs = create("auto").process_batch(recs)
+    routes = [o["route"] for o in outs]
+    assert routes.index("shape") in (63, 127, 255, 383) and routes.index("class") == 500
+    found = alarms(outs)
+    assert any(r == "shape" and abs(c - 300) < 30 for r, c in found), found
+    assert any(r == "class" and abs(c - 1500) < 60 for r, c in found), found
+    assert not any(abs(c - 300) < 30 for _, c in
+                   alarms(create("auto", period="class").process_batch(recs)))
+    one = create("auto")
+    assert [o for r in recs for o in one.process(r)] == outs
+    for cut in (100, 499, 500, 501, 1600):
+        a = create("auto")
+        head = a.process_batch(recs[:cut])
+        b = create("auto")
+        b.load_state_dict(loads_state(dumps_state(a.state_dict())))
+        assert head + b.process_batch(recs[cut:]) == outs, cut
+    assert len(a.state_dict()["state"]["buf"]) == 0  # the buffer goes with the hand-over
