@@ -173,7 +173,8 @@ class AutoDetect(Operator):
 
     Examples
     --------
-    A sine whose period changes goes to ``class`` at its warm-up; a 4-sd level shift in noise
+    A sine whose period changes at 1500 is ``shape``'s from its checkpoint, ``class``'s from
+    record 500 (``class`` finds the change); a 4-sd level shift in noise
     is the level detector's (its effect size, about 4, passes the gate's 3; a 1.5-sd shift
     would not):
 
