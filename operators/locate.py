@@ -625,10 +625,6 @@ class LevelGate:
         self._last[kind] = int(change_at)
         return True
 
-    def located(self, change_at: int, kind: str) -> None:
-        """Record a change located by ``kind`` without judging it."""
-        self._last[kind] = max(self._last[kind], int(change_at))
-
     # ---- state ------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
