@@ -370,6 +370,8 @@ class HareTortoise(Operator):
         self._hare_all = [*hare.parameters(), *hare.buffers()]
         self._hare_params = [*hare.parameters()]  # the optimiser's (zero_grad, clipping)
         t = self._tortoise
+        self._stacks = tuple(None if n is None or self.model is not None  # the default MLP's
+                             else ht_support.linear_stack(n) for n in (hare, t))  # w/o autograd
         if t is not None:
             self._tort_float = [*t.parameters()] + [b for b in t.buffers()
                                                     if torch.is_floating_point(b)]
@@ -610,11 +612,12 @@ class HareTortoise(Operator):
     def _predict_rows(self, x: np.ndarray) -> dict[str, np.ndarray]:
         torch = _torch()
         xt = torch.from_numpy(x).to(self._dtype)
+        (sh, st), fwd = self._stacks, ht_support.stack_forward
         with torch.no_grad():
-            y_hare = self._hare(xt).argmax(1).numpy()
+            y_hare = (fwd(*sh, xt) if sh else self._hare(xt)).argmax(1).numpy()
             if self._tortoise is None:
                 return {"y_pred": y_hare}
-            y_tort = self._tortoise(xt).argmax(1).numpy()
+            y_tort = (fwd(*st, xt) if st else self._tortoise(xt)).argmax(1).numpy()
         if self.predict_with == "tortoise":
             return {"y_pred": y_tort, "y_pred_hare": y_hare}
         return {"y_pred": y_hare, "y_pred_tortoise": y_tort}
@@ -718,17 +721,13 @@ class HareTortoise(Operator):
                 self._reset_hare()
 
     def _gradient_step(self, x: Any, y: Any) -> None:
-        torch = _torch()
         if self._opt_steps is not None:  # linear warm-up of a fresh optimiser
             for group in self._opt.param_groups:
                 group["lr"] = self.lr_now
             self._opt_steps = None if self._opt_steps + 1 >= self.reset_lr_warmup \
                 else self._opt_steps + 1
-        params = self._hare_params
-        for p in params:  # the optimiser's zero_grad(set_to_none=True)
-            p.grad = None
-        loss = torch.nn.functional.cross_entropy(self._hare(x.to(self._dtype)), y)
-        loss.backward()
+        params = self._hare_params  # (by hand on the default MLP: the same to the bit)
+        ht_support.set_grads(self._hare, self._stacks[0], params, x.to(self._dtype), y)
         if self.clip_norm is not None:
             ht_support.clip_grad_norm(params, self.clip_norm)
         ht_support.adamw_step(self._opt, params)
