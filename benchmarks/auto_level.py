@@ -13,7 +13,9 @@ equal weight), then the alarms, series by series, of the series whose key ends o
 route. The rule that uses these numbers is declared in ``benchmarks/results/auto.md``
 ("The level detector's ADWIN delta"); this script only measures. ``--multichannel`` runs the
 candidates of "The multichannel keys' ADWIN delta" instead (delta 0.002, 0.01, 0.05, 0.2; run
-it with ``--sets mocap6,mts-dev``).
+it with ``--sets mocap6,mts-dev``); ``--multichannel-gate`` those of "The multichannel keys'
+level gate" (``multichannel_gate=3`` with delta 0.2, 0.05, 0.01, 0.002, beside the default
+without a gate; the same sets).
 """
 
 from __future__ import annotations
@@ -46,7 +48,15 @@ BASE: dict = {"period": "shape", "aperiodic": "level", "level_gate": None,
 KEYS = ("F1@5", "F1@1%", "covering", "alarms/series")
 
 
+#: ``--multichannel-gate``: the candidates of auto.md's "The multichannel keys' level gate"
+#: (None: ``auto``'s defaults of that round, delta 0.2 and no gate)
+GATE_CANDIDATES: list[dict | None] = [None] + [{"delta": d, "gate": 3.0}
+                                               for d in (0.2, 0.05, 0.01, 0.002)]
+
+
 def label(params: dict | None) -> str:
+    if params is not None and "gate" in params:
+        return f"gate {params['gate']:g}, delta {params['delta']:g}"
     return "None (delta 0.002)" if params is None else f"delta {params['delta']:g}"
 
 
@@ -58,6 +68,12 @@ def auto_params(params: dict | None) -> dict:
 def _multi_params(params: dict | None) -> dict:
     """``--multichannel``: a candidate's delta for the multichannel keys."""
     return {} if params is None else {"multichannel_delta": params["delta"]}
+
+
+def _gate_params(params: dict | None) -> dict:
+    """``--multichannel-gate``: a candidate's delta and gate for the multichannel keys."""
+    return {} if params is None else {"multichannel_delta": params["delta"],
+                                      "multichannel_gate": params["gate"]}
 
 
 def route(op) -> str | None:
@@ -194,9 +210,17 @@ def run(argv, script: str, runner=None):
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--multichannel", action="store_true",
                     help="the multichannel keys' delta candidates (auto.md)")
+    ap.add_argument("--multichannel-gate", action="store_true",
+                    help="the multichannel keys' level gate candidates (auto.md)")
     args = ap.parse_args(argv)
-    if args.multichannel:  # on the defaults of its round (2026-12-07): class, the gate
+    global BASE, auto_params
+    if args.multichannel_gate:  # on the defaults of its round (2026-12-07 16:00 UTC)
         global BASE, auto_params
+        CANDIDATES[:] = GATE_CANDIDATES
+        BASE = {"period": "shape+class", "aperiodic": "class", "level_gate": 3.0,
+                "multichannel_delta": 0.2, "multichannel_gate": None}
+        auto_params = _gate_params
+    elif args.multichannel:  # on the defaults of its round (2026-12-07): class, the gate
         CANDIDATES[:] = MULTI_CANDIDATES
         BASE = {"period": "class", "aperiodic": "class", "level_gate": 3.0,
                 "multichannel_delta": None}

@@ -138,6 +138,10 @@ class AutoDetect(Operator):
         0.620 against 0.582 (mts-dev 0.569 against 0.447, but mocap6 0.672 against 0.717;
         ``benchmarks/results/auto.md``, "The multichannel keys' ADWIN delta"). On 18,000
         quiet i.i.d. records of 3 channels it raised 7 false alarms (0 with 0.002).
+    multichannel_gate
+        ``None`` (default): a multichannel key's level alarms are all kept. A number: the
+        level gate of ``level_gate`` on a multichannel key, the effect size taken on each
+        channel and the largest kept (a change in any one channel passes).
     level_gate_stat
         How the gate's effect size is computed: ``"mean"`` (default, as declared), or the
         robust forms ``"median"`` (medians, pooled MAD) and ``"winsorised"`` (each side
@@ -202,7 +206,8 @@ class AutoDetect(Operator):
                  level: str = "adwin", strictness: float = 1.0, period: str = "shape+class",
                  class_params: Mapping | None = None, aperiodic: str = "class",
                  level_gate: float | None = 3.0, level_gate_stat: str = "mean",
-                 multichannel_delta: float | None = 0.2):
+                 multichannel_delta: float | None = 0.2,
+                 multichannel_gate: float | None = None):
         self.field = field
         self.multichannel = multichannel
         self.level = level
@@ -215,6 +220,7 @@ class AutoDetect(Operator):
         self.level_gate = level_gate
         self.level_gate_stat = level_gate_stat
         self.multichannel_delta = multichannel_delta
+        self.multichannel_gate = multichannel_gate
         self._validate_params()
         self._reset()
 
@@ -229,10 +235,11 @@ class AutoDetect(Operator):
             raise ValueError(f"period must be one of {_PERIODS}, got {self.period!r}")
         if self.aperiodic not in _APERIODIC:
             raise ValueError(f"aperiodic must be one of {_APERIODIC}, got {self.aperiodic!r}")
-        g = self.level_gate
-        if g is not None and (isinstance(g, bool) or not isinstance(
-                g, (int, float, np.integer, np.floating)) or not (np.isfinite(g) and g > 0)):
-            raise ValueError(f"level_gate must be a positive number or None, got {g!r}")
+        for name in ("level_gate", "multichannel_gate"):
+            g = getattr(self, name)
+            if g is not None and (isinstance(g, bool) or not isinstance(
+                    g, (int, float, np.integer, np.floating)) or not (np.isfinite(g) and g > 0)):
+                raise ValueError(f"{name} must be a positive number or None, got {g!r}")
         md = self.multichannel_delta
         if md is not None and (isinstance(md, bool) or not isinstance(
                 md, (int, float, np.integer, np.floating)) or not 0 < md < 1):
@@ -349,7 +356,7 @@ class AutoDetect(Operator):
             st.update(nlev=self._nlev, adwin_at=self._adwin_at, handed=self._handed)
         if self.aperiodic != "level":
             st["pending"] = self._pending
-        if self.level_gate is not None:
+        if self._gated:
             st["gate"] = None if self._gate is None else self._gate.state_dict()
         return {"operator": self.name or type(self).__name__, "state": st}
 
@@ -387,15 +394,16 @@ class AutoDetect(Operator):
         elif route == "class" or "pending" in payload:
             raise ValueError("state_dict is aperiodic='class''s, this operator's aperiodic is "
                              "'level'")
-        if self.level_gate is not None:
+        if self._gated:
             if "gate" not in payload:
-                raise ValueError("state_dict has no level gate state (level_gate is set)")
+                raise ValueError("state_dict has no level gate state (level_gate or "
+                                 "multichannel_gate is set)")
             if payload["gate"] is not None:
                 self._gate = self._new_gate()
                 self._gate.load_state_dict(payload["gate"])
         elif "gate" in payload:
             raise ValueError("state_dict has a level gate state, this operator's level_gate "
-                             "is None")
+                             "and multichannel_gate are None")
         if payload["shape"] is not None:
             self._shape = self._new_routed(route)
             self._shape.load_state_dict(payload["shape"])
@@ -554,8 +562,15 @@ class AutoDetect(Operator):
             elif isinstance(r, dict):
                 _merge(r, lv)
 
+    @property
+    def _gated(self) -> bool:
+        """Some key kind has a gate (the state then says whether this key's exists)."""
+        return self.level_gate is not None or self.multichannel_gate is not None
+
     def _new_gate(self) -> LevelGate:
-        return LevelGate(self.level_gate, stat=self.level_gate_stat)
+        c = self._c or 1
+        return LevelGate(self.level_gate if c == 1 else self.multichannel_gate,
+                         stat=self.level_gate_stat, channels=c)
 
     def _new_routed(self, route: str) -> Operator:
         """The detector of a routed key: ``class`` for ``route="class"`` (an aperiodic key),
@@ -689,7 +704,7 @@ class AutoDetect(Operator):
             self._buf = np.zeros((0, self._c))
             if self._c > 1 and self.multichannel_delta is not None:
                 self._level[1] = self._new_adwin()  # (no record seen yet)
-            if self.level_gate is not None and self._c == 1:
+            if (self.level_gate if self._c == 1 else self.multichannel_gate) is not None:
                 self._gate = self._new_gate()
         level_out = self._run_level(rec)
         t = numeric_ts(record)

@@ -534,6 +534,9 @@ class LevelGate:
         standard deviation where the pooled MAD is 0), so one far-out value cannot silence
         the gate; ``"mean"``: from the means and the pooled standard deviation, as declared
         first (``benchmarks/results/auto.md``).
+    channels
+        The values' channels (a multichannel key's vectors): ``d`` is computed on each
+        channel and the largest is judged, so a change in any one channel passes.
 
     Examples
     --------
@@ -550,14 +553,15 @@ class LevelGate:
     """
 
     def __init__(self, gate: float, window: int = 1000, min_gap: int = 32,
-                 stat: str = "median"):
+                 stat: str = "median", channels: int = 1):
         if stat not in GATE_STATS:
             raise ValueError(f"stat must be one of {GATE_STATS}, got {stat!r}")
         self.stat = stat
         self.gate = float(gate)
         self.window = int(window)
         self.min_gap = int(min_gap)
-        self._vals = np.zeros(0)
+        self.channels = int(channels)
+        self._vals = np.zeros((0, self.channels))
         self._n = 0  # values pushed
         self._last = {"level": -1, "routed": -1}  # the last change each detector located
 
@@ -569,44 +573,29 @@ class LevelGate:
     def push(self, values) -> None:
         """Append the key's next values (a micro-batch; trimmed to the window by
         :meth:`trim`, which the owner calls once the batch's alarms are judged)."""
-        v = np.asarray(values, dtype=np.float64).reshape(-1)
+        v = np.asarray(values, dtype=np.float64).reshape(-1, self.channels)
         self._vals = np.concatenate([self._vals, v])
-        self._n += v.size
+        self._n += len(v)
 
     def trim(self) -> None:
-        if self._vals.size > self.window:
+        if len(self._vals) > self.window:
             self._vals = self._vals[-self.window:].copy()
 
     def _segment(self, lo: int, hi: int) -> np.ndarray:
         """The values at positions ``[lo, hi)`` that are still held."""
-        first = self._n - self._vals.size
+        first = self._n - len(self._vals)
         lo, hi = max(lo, first), min(hi, self._n)
         return self._vals[lo - first:hi - first] if hi > lo else self._vals[:0]
 
     def effect(self, change_at: int, at: int) -> float:
         """The effect size of a change at ``change_at`` seen at record ``at`` (``nan`` if a
-        side has fewer than two values)."""
+        side has fewer than two values); on several channels the largest channel's."""
         start = max(self._last.values()) + 1 if max(self._last.values()) >= 0 else 0
         a = self._segment(max(start, at + 1 - self.window), change_at)
         b = self._segment(change_at, at + 1)
-        if a.size < 2 or b.size < 2:
+        if len(a) < 2 or len(b) < 2:
             return float("nan")
-        pooled = (a.var() * a.size + b.var() * b.size) / (a.size + b.size)
-        diff = abs(b.mean() - a.mean())
-        if self.stat == "winsorised":
-            a, b = _winsorised(a), _winsorised(b)
-            pooled = (a.var() * a.size + b.var() * b.size) / (a.size + b.size)
-            diff = abs(b.mean() - a.mean())
-        elif self.stat == "median":
-            ma, mb = np.median(a), np.median(b)
-            mad2 = (np.median(np.abs(a - ma)) ** 2 * a.size
-                    + np.median(np.abs(b - mb)) ** 2 * b.size) / (a.size + b.size)
-            diff = abs(mb - ma)
-            if mad2 > 0:
-                pooled = mad2 * _MAD_SD ** 2
-        if pooled <= 0:
-            return float("inf") if diff > 0 else 0.0
-        return float(diff / np.sqrt(pooled))
+        return max(_effect(a[:, j], b[:, j], self.stat) for j in range(self.channels))
 
     def duplicate(self, change_at: int, kind: str) -> bool:
         """The other detector located a change within ``min_gap`` of ``change_at``."""
@@ -628,16 +617,42 @@ class LevelGate:
     # ---- state ------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        return {"vals": self._vals.tolist(), "n": self._n, "last_level": self._last["level"],
+        # one channel: a flat list, as before the gate had channels
+        vals = self._vals.reshape(-1) if self.channels == 1 else self._vals
+        return {"vals": vals.tolist(), "n": self._n, "last_level": self._last["level"],
                 "last_routed": self._last["routed"]}
 
     def load_state_dict(self, state: Mapping) -> None:
-        vals = np.asarray(state["vals"], dtype=np.float64).reshape(-1)
+        vals = np.asarray(state["vals"], dtype=np.float64)
+        if vals.size and (vals.ndim != (1 if self.channels == 1 else 2)
+                          or vals.size % self.channels):
+            raise ValueError(f"level gate state's values are not of {self.channels} channels")
+        vals = vals.reshape(-1, self.channels)
         n = int(state["n"])
-        if vals.size > self.window or n < vals.size:
+        if len(vals) > self.window or n < len(vals):
             raise ValueError("level gate state holds more values than its window or count")
         self._vals, self._n = vals, n
         self._last = {"level": int(state["last_level"]), "routed": int(state["last_routed"])}
+
+
+def _effect(a: np.ndarray, b: np.ndarray, stat: str) -> float:
+    """:meth:`LevelGate.effect` of one channel: ``a`` before, ``b`` after the change."""
+    pooled = (a.var() * a.size + b.var() * b.size) / (a.size + b.size)
+    diff = abs(b.mean() - a.mean())
+    if stat == "winsorised":
+        a, b = _winsorised(a), _winsorised(b)
+        pooled = (a.var() * a.size + b.var() * b.size) / (a.size + b.size)
+        diff = abs(b.mean() - a.mean())
+    elif stat == "median":
+        ma, mb = np.median(a), np.median(b)
+        mad2 = (np.median(np.abs(a - ma)) ** 2 * a.size
+                + np.median(np.abs(b - mb)) ** 2 * b.size) / (a.size + b.size)
+        diff = abs(mb - ma)
+        if mad2 > 0:
+            pooled = mad2 * _MAD_SD ** 2
+    if pooled <= 0:
+        return float("inf") if diff > 0 else 0.0
+    return float(diff / np.sqrt(pooled))
 
 
 def _winsorised(x: np.ndarray) -> np.ndarray:
