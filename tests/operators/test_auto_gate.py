@@ -207,6 +207,54 @@ def test_multichannel_keys_get_the_chosen_adwin_delta_and_keep_it_across_a_resto
             create("auto", multichannel_delta=bad)
 
 
+def test_multichannel_gate_keeps_a_shift_in_one_channel_and_drops_quiet_alarms():
+    rng = np.random.default_rng(7)
+    quiet = records(rng.normal(size=(18000, 3)))
+    assert len(alarms(create("auto").process_batch(quiet))) >= 3  # delta 0.2, no gate
+    assert alarms(create("auto", multichannel_gate=3.0).process_batch(quiet)) == []
+    y = rng.normal(size=(2000, 3))
+    y[1000:, 1] += 4.0  # one channel of three moves by 4 sd
+    recs = records(y)
+    op = create("auto", multichannel_gate=3.0)
+    whole = op.process_batch(recs)
+    assert [at for _, at in alarms(whole)] == [1000]
+    assert op._gate is not None and op._gate.channels == 3
+    for cut in (1, 999, 1500):  # restores, record by record, batches: the same outputs
+        a = create("auto", multichannel_gate=3.0)
+        head = a.process_batch(recs[:cut])
+        b = create("auto", multichannel_gate=3.0)
+        b.load_state_dict(loads_state(dumps_state(a.state_dict())))
+        assert head + [o for r in recs[cut:] for o in b.process(r)] == whole
+    with pytest.raises(ValueError, match="multichannel_gate must be a positive number"):
+        create("auto", multichannel_gate=0)
+    with pytest.raises(ValueError, match="level gate"):  # a gate's state needs a gate
+        create("auto", level_gate=None).load_state_dict(op.state_dict())
+    # a univariate key's gate is level_gate's, whatever multichannel_gate is
+    uni = create("auto", multichannel_gate=1.0)
+    uni.process_batch(records(rng.normal(size=50)))
+    assert uni._gate.gate == 3.0 and uni._gate.channels == 1
+
+
+def test_level_gate_on_channels_judges_the_largest_channel():
+    g = LevelGate(3.0, channels=2)
+    rng = np.random.default_rng(1)
+    g.push(np.c_[rng.normal(size=300), rng.normal(size=300)])
+    g.push(np.c_[rng.normal(0.2, 1, 50), rng.normal(6, 1, 50)])
+    d = g.effect(300, at=349)
+    one = LevelGate(3.0)
+    one.push(g._vals[:, 1])
+    assert d == pytest.approx(one.effect(300, at=349)) and d > 4
+    s = g.state_dict()
+    assert np.asarray(s["vals"]).shape == (350, 2)
+    h = LevelGate(3.0, channels=2)
+    h.load_state_dict(s)
+    assert h.effect(300, at=349) == d
+    with pytest.raises(ValueError, match="channels"):
+        LevelGate(3.0, channels=3).load_state_dict(s)
+    with pytest.raises(ValueError, match="channels"):
+        LevelGate(3.0).load_state_dict(s)
+
+
 def test_a_periodic_key_is_shape_s_until_class_s_warm_up_then_class_s():
     """``period="shape+class"``: a change of amplitude at 300 (which ``class`` cannot see,
     and which comes before its warm-up) is ``shape``'s; a change of period at 1500 after the
