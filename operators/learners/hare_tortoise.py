@@ -80,14 +80,10 @@ class HareTortoise(Operator):
     equals; ``k = 2`` the linearly weighted average of Lacoste-Julien et al. 2012, whose mean
     age is a third of the steps) until ``t / (t + k)`` reaches ``m``, after ``k m / (1 - m)``
     updates (``k`` time constants of the EMA; ``m = 0.99``, ``k = 2``: 198 updates); from then
-    on ``m_t = m``, the paper's EMA. So the Tortoise is useful from the first micro-batches of
-    a stream and becomes the slow average the resets need within a few time constants. (On
-    held-out seeds ``k = 1`` reached only 0.93x a plain MLP's accuracy on short mnist1d
-    streams (``k = 2``: 0.96x or more) and the earlier rule
-    ``min(m, (1 + t) / (10 + t))``, which takes ``9 m / (1 - m)`` updates, cost accuracy on
-    the long warm-start protocol of ``benchmarks/hare_tortoise.py``.)
-    ``ema_warmup=None`` uses ``m_t = m`` from the start, the Tortoise starting at the
-    initialisation (the paper's rule, for epochs over a data set). The Hare's values are
+    on ``m_t = m``, the paper's EMA (the measurements behind ``k = 2``:
+    ``benchmarks/results/hare_tortoise_ema_rule.md``). ``ema_warmup=None`` uses ``m_t = m``
+    from the start, the Tortoise starting at the initialisation (the paper's rule, for epochs
+    over a data set). The Hare's values are
     copied from the Tortoise (all layers; the optimiser state is kept) every
     ``reset_period_records`` labelled training records: ``reset_every_records``, or by default
     two EMA horizons, ``2 / (1 - m)`` steps of ``batch_size / replay_ratio`` new records each
@@ -119,10 +115,7 @@ class HareTortoise(Operator):
     permuted every 2,000 records), by the rule: among the candidates whose mean margin over a
     plain online MLP is at least -0.01 on every stationary stream, the one with the largest
     worst-case margin over the changing streams (ties within 0.005: the largest mean margin).
-    Predicting with the Hare won because the Tortoise, an average of the Hare's iterates,
-    lags it on a one-pass stream (by 0.033 on stationary mnist1d, 0.037 after the input
-    permutations no alarm marked); the Tortoise remains the point periodic resets go back to.
-    Results: ``benchmarks/results/ht_defaults.md``.
+    The Hare predicts: the Tortoise lags it on a one-pass stream (ht_defaults.md).
 
     The update budget, ``replay_ratio / batch_size`` optimiser steps per labelled record, is
     1/8 (``batch_size=8``, ``replay_ratio=1``; it was 1/32 before issue 49). It was chosen by
@@ -201,6 +194,10 @@ class HareTortoise(Operator):
         ``reset_to`` (``None``, the default: ``reset_to``); the inner ``detector``'s alarms
         reset ``reset_to`` and win on a tie. ``"keep"`` suits inputs that change alone
         (``benchmarks/results/ht_input_resets.md``).
+    alarm_replay_ratio, alarm_boost_records
+        Optimiser steps per micro-batch for the first ``alarm_boost_records`` labelled
+        training records after each alarm reset (``None``, the default: ``replay_ratio``): a
+        larger update budget where the learner is behind, the stream's usual one elsewhere.
     detector
         A registered change detector (default ``"river:DDM"``; ``None`` for none) run inside
         the operator on the 0/1 loss of every labelled record when ``reset_on="alarm"``; its
@@ -219,10 +216,8 @@ class HareTortoise(Operator):
         ``torch.Generator``; torch's global generator is left as it was).
     threads
         Intra-op threads torch may use while the operator computes (set for the call and
-        restored afterwards); ``None`` leaves torch's setting alone. One thread suits the
-        small networks and single-record predictions of a stream operator, which scales out
-        by keys and partitions instead: on a loaded 2-core machine two threads made the
-        check-suite stream 15 times slower.
+        restored afterwards); ``None`` leaves torch's setting alone. One thread suits a stream
+        operator, which scales out by keys and partitions (two made the check suite 15x slower).
 
     Examples
     --------
@@ -285,6 +280,8 @@ class HareTortoise(Operator):
         reset_on: str | None = "alarm",
         reset_to: str = "head",
         input_reset_to: str | None = None,
+        alarm_replay_ratio: int | None = None,
+        alarm_boost_records: int = 1000,
         detector: str | None = "river:DDM",
         detector_params: Mapping[str, Any] | None = None,
         min_reset_gap: int = 200,
@@ -314,6 +311,8 @@ class HareTortoise(Operator):
         self.reset_on = reset_on
         self.reset_to = reset_to
         self.input_reset_to = input_reset_to
+        self.alarm_replay_ratio = alarm_replay_ratio
+        self.alarm_boost_records = alarm_boost_records
         self.detector = detector
         self.detector_params = detector_params
         self.min_reset_gap = min_reset_gap
@@ -682,7 +681,9 @@ class HareTortoise(Operator):
         xb = torch.from_numpy(self._batch_x.copy())
         yb = torch.from_numpy(self._batch_y.copy())
         k = self.batch_size if self.replay_size is None else self.replay_size
-        for _ in range(self.replay_ratio):
+        boost = self.alarm_replay_ratio is not None and self._n_alarm_resets > 0 \
+            and self._since_alarm_reset <= self.alarm_boost_records
+        for _ in range(self.alarm_replay_ratio if boost else self.replay_ratio):
             if len(self._replay) and k:  # k replayed records, drawn with replacement
                 idx = torch.randint(0, len(self._replay), (k,), generator=self._gen).numpy()
                 xs = torch.cat([xb, torch.from_numpy(self._replay.x[idx])])

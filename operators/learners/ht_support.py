@@ -87,6 +87,9 @@ def validate_params(op: Any, methods: dict) -> None:
     positive_int("reset_lr_warmup", 0)
     positive_int("batch_size")
     positive_int("replay_ratio")
+    if op.alarm_replay_ratio is not None:
+        positive_int("alarm_replay_ratio")
+    positive_int("alarm_boost_records", 0)
     if op.replay_size is not None:
         positive_int("replay_size", 0)
     positive_int("buffer_size", 0)

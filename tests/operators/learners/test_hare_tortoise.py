@@ -707,3 +707,31 @@ def test_the_optimiser_is_fused_and_a_state_of_the_unfused_one_resumes_fused():
     assert [o["y_pred"] for o in a] == [o["y_pred"] for o in b]
     for p, q in zip(old.hare.parameters(), new.hare.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-5)
+
+
+def test_alarm_boost_runs_more_steps_only_after_an_alarm_reset():
+    params = {**SMALL, "reset_every": 1000, "reset_on": "alarm", "min_reset_gap": 0,
+              "detector": None, "alarm_replay_ratio": 3, "alarm_boost_records": 24}
+    op = create("hare-tortoise", **params)
+    records = stream(n=200)
+    run(op, records[:64])  # no alarm yet: one step per micro-batch of 8
+    assert op.n_steps == 8
+    run(op, [{**records[64], "alarm": True}] + records[65:72])  # the reset, then 8 records
+    assert op.n_alarm_resets == 1 and op.n_steps == 8 + 3
+    run(op, records[72:88])  # records 9..24 after the reset: still boosted
+    assert op.n_steps == 8 + 3 * 3
+    run(op, records[88:104])  # past alarm_boost_records: back to replay_ratio
+    assert op.n_steps == 8 + 3 * 3 + 2
+    restored = create("hare-tortoise", **params)  # the window survives a restore
+    a = create("hare-tortoise", **params)
+    run(a, records[:64] + [{**records[64], "alarm": True}] + records[65:80])
+    restored.load_state_dict(a.state_dict())
+    assert run(restored, records[80:120]) == run(a, records[80:120])
+    assert restored.n_steps == a.n_steps
+    plain = create("hare-tortoise", **{**params, "alarm_replay_ratio": None})
+    run(plain, records[:64] + [{**records[64], "alarm": True}] + records[65:104])
+    assert plain.n_steps == 13
+    for bad in ({"alarm_replay_ratio": 0}, {"alarm_boost_records": -1},
+                {"alarm_replay_ratio": 2.0}):
+        with pytest.raises(ValueError, match="alarm_"):
+            create("hare-tortoise", **{**SMALL, **bad})
