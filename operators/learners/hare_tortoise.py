@@ -107,24 +107,22 @@ class HareTortoise(Operator):
     periodic reset. Alarms within ``min_reset_gap`` labelled training records of the
     previous alarm reset are ignored.
 
-    The defaults (``ema_momentum=0.99``, the reset period of two EMA horizons,
-    ``reset_on="alarm"`` with ``detector="river:DDM"``, ``reset_to="head"``,
-    ``reset_lr_warmup=10``, ``predict_with="hare"``) were chosen for one pass over a stream by
+    The defaults (``ema_momentum=0.99``, the reset period of two EMA horizons, ``reset_on=
+    "alarm"`` with ``detector="river:DDM"``, ``reset_to="head"``, ``reset_lr_warmup=10``,
+    ``predict_with="hare"``: the Tortoise lags) were chosen for one pass over a stream by
     ``python benchmarks/ht_defaults.py choose`` on streams made for choosing (mnist1d generated
     with seeds 100..102 and scikit-learn's digits; stationary, labels permuted and inputs
     permuted every 2,000 records), by the rule: among the candidates whose mean margin over a
     plain online MLP is at least -0.01 on every stationary stream, the one with the largest
     worst-case margin over the changing streams (ties within 0.005: the largest mean margin).
-    The Hare predicts: the Tortoise lags it on a one-pass stream (ht_defaults.md).
 
     The update budget, ``replay_ratio / batch_size`` optimiser steps per labelled record, is
-    1/8 (``batch_size=8``, ``replay_ratio=1``; it was 1/32 before issue 49). It was chosen by
-    ``python benchmarks/ht_budget_curve.py choose`` on the choosing seeds by a rule declared
-    first: among the budgets 1/32 to 1/2 running at least 5x deep-river's records/s in the same
-    run, the most accurate (mean of stationary and after-label-change accuracy). On mnist1d
-    seeds 0-9 it is +0.009 +- 0.007 stationary and -0.018 +- 0.013 after label changes against
-    deep-river, at 5.8x its records/s; 1/4 is above deep-river on both at 3.6x
-    (``benchmarks/results/ht_budget_curve.md``). The periodic reset comes every 1,600 records.
+    1/8 (``batch_size=8``, ``replay_ratio=1``; ``benchmarks/results/ht_budget_curve.md``), and
+    4/8 for the first 1,000 records after each alarm reset (``alarm_replay_ratio=4``,
+    ``benchmarks/results/ht_alarm_boost.md``), each chosen by a rule declared first on the
+    choosing seeds: among budgets at least 5x deep-river's records/s, the most accurate. On
+    mnist1d seeds 0-9 against deep-river's per-record MLP: +0.009 +- 0.007 stationary and
+    +0.069 +- 0.011 after label changes, at 5.9x its records/s. Periodic resets: every 1,600.
 
     :meth:`process_batch` predicts all records between two training steps in one forward pass
     (the same predictions as :meth:`process` record by record, in test-then-train order: a
@@ -196,8 +194,10 @@ class HareTortoise(Operator):
         (``benchmarks/results/ht_input_resets.md``).
     alarm_replay_ratio, alarm_boost_records
         Optimiser steps per micro-batch for the first ``alarm_boost_records`` labelled
-        training records after each alarm reset (``None``, the default: ``replay_ratio``): a
-        larger update budget where the learner is behind, the stream's usual one elsewhere.
+        training records after each alarm reset (default 4 for 1,000 records; ``None``:
+        ``replay_ratio``): a larger update budget where the learner is behind, the stream's
+        usual one elsewhere. Chosen by ``benchmarks/ht_alarm_boost.py choose``'s declared rule
+        (``benchmarks/results/ht_alarm_boost.md``).
     detector
         A registered change detector (default ``"river:DDM"``; ``None`` for none) run inside
         the operator on the 0/1 loss of every labelled record when ``reset_on="alarm"``; its
@@ -280,7 +280,7 @@ class HareTortoise(Operator):
         reset_on: str | None = "alarm",
         reset_to: str = "head",
         input_reset_to: str | None = None,
-        alarm_replay_ratio: int | None = None,
+        alarm_replay_ratio: int | None = 4,
         alarm_boost_records: int = 1000,
         detector: str | None = "river:DDM",
         detector_params: Mapping[str, Any] | None = None,
