@@ -44,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "peers"))
 import learners_vs_peers as L  # noqa: E402
+from ht_budget_curve import deep_river_point  # noqa: E402
 
 torch.set_num_threads(1)
 #: "no boost": the defaults before this round (``alarm_replay_ratio=None``); the first runs
@@ -54,8 +55,6 @@ ARMS.update({f"boost {r}x{n}": {"alarm_replay_ratio": r, "alarm_boost_records": 
 
 
 def run_seed(seed: int, arms: dict[str, dict], log) -> dict:
-    from deep_river_env import run_deep_river
-
     from shiftwatch.operators.learners.hare_tortoise import HareTortoise
 
     streams = L.make_streams(seed)
@@ -75,18 +74,9 @@ def run_seed(seed: int, arms: dict[str, dict], log) -> dict:
                      "alarm_resets": resets}
         log(f"seed {seed} {name:26s} a {out[name]['a']:.3f} b {out[name]['b']:.3f} "
             f"{n / wall:8.0f} rec/s resets {resets}")
-    doc = run_deep_river([{"name": k, "x": s["x"].tolist(), "y": s["y"].tolist()}
-                          for k, s in streams.items()], seed)
-    res = {r["name"]: r for r in doc["results"]}
-    a = L.scores("stationary", L.hits_of(res["stationary"]["y_pred"],
-                                         streams["stationary"]["y"]))["second_half"]
-    b = L.scores("permuted", L.hits_of(res["permuted"]["y_pred"],
-                                       streams["permuted"]["y"]))["after_changes"]
-    n = sum(r["n"] for r in doc["results"])
-    out["deep-river"] = {"a": a, "b": b,
-                         "records_per_s": n / sum(r["wall_s"] for r in doc["results"])}
-    log(f"seed {seed} deep-river                 a {a:.3f} b {b:.3f} "
-        f"{out['deep-river']['records_per_s']:8.0f} rec/s")
+    out["deep-river"] = deep_river_point(streams, seed)
+    log(f"seed {seed} deep-river                 a {out['deep-river']['a']:.3f} "
+        f"b {out['deep-river']['b']:.3f} {out['deep-river']['records_per_s']:8.0f} rec/s")
     return out
 
 
