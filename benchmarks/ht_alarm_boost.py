@@ -80,16 +80,6 @@ def run_seed(seed: int, arms: dict[str, dict], log) -> dict:
     return out
 
 
-def ci95(v: list[float]) -> tuple[float, float]:
-    from scipy import stats
-
-    v = np.asarray(v, dtype=float)
-    if len(v) < 2:
-        return float(v.mean()), float("nan")
-    return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1)
-                                  / np.sqrt(len(v)))
-
-
 def table(per_seed: list[dict]) -> tuple[list[str], dict]:
     dr = float(np.median([s["deep-river"]["records_per_s"] for s in per_seed]))
     lines = ["| arm | (a) stationary | (b) after changes | mean | records/s (median) | "
@@ -120,7 +110,7 @@ def paired(per_seed: list[dict], arms: list[str]) -> list[str]:
                 continue
             cells = []
             for key in ("a", "b"):
-                m, h = ci95([s[arm][key] - s[ref][key] for s in per_seed])
+                m, h = L.ci95([s[arm][key] - s[ref][key] for s in per_seed])
                 cells.append(f"{m:+.3f} ± {h:.3f}")
             lines.append(f"| {arm} - {ref} | {cells[0]} | {cells[1]} |")
     return lines
