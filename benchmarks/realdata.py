@@ -82,6 +82,8 @@ AUTO_OPTIONS = {
     "auto (level_gate_stat=winsorised)": {"level_gate_stat": "winsorised"},
 }
 SHAPE_ASYM = "shape (asymmetry=True)"
+#: ``class`` with claspy's two-sided significance test (its default before clasp.md's round)
+CLASS_TWO = "class (test=two-sided)"
 
 
 def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
@@ -101,6 +103,7 @@ def detectors(channels: int) -> dict[str, list[tuple[str, dict]]]:
         ADAPTIVE: chain(threshold="adaptive"),
         "shape": [("shape", {})],
         "class": [("class", {})],
+        CLASS_TWO: [("class", {"test": "two-sided"})],
         SHAPE_ASYM: [("shape", {"asymmetry": True})],
         "auto": [("auto", {})],
         AUTO_PERIOD: [("auto", {"multichannel": "period"})],
@@ -588,7 +591,9 @@ def main(argv=None) -> int:
         "one option changed from the defaults (auto.md: `multichannel=period`, `level=relay`, "
         "`period=shape`, `level_gate=None` or `2`, the robust gates, `multichannel_delta="
         "None`; each rejected as the default by its declared rule). `class` runs "
-"with its defaults (ClaSS written here; `n_warmup=500`, clasp.md). "
+        "with its defaults (ClaSS written here; `n_warmup=500`, the one-sided significance test, "
+        "clasp.md), `class (test=two-sided)` with claspy's test (the default before clasp.md's "
+        "round on the test's alternative). "
         "`shape` runs with its default `threshold=6.0`; `shape "
         "(asymmetry=True)` adds the time-asymmetry scan (an option; rejected as the default "
         "by its declared rule, shape.md); `threshold=\"null\"` is in "

@@ -18,6 +18,9 @@ Method, per key (Ermshaus, Schaefer & Leser 2024, on ClaSP, DMKD 2023):
    ``excl_radius * w`` subsequences.
 4. **Alarm** when the best split passes the significance test: a rank-sum test of the
    predicted labels left against right, ``p <= threshold`` (default 1e-50, the paper's).
+   The test is one-sided by default (the left part predicted left, the right part right);
+   claspy's is two-sided, which also passes a split whose two sides are each predicted as
+   the other (``test="two-sided"`` for claspy's behaviour; see ``test`` below).
    ``change_at`` is that split, numbered as the values fed (the paper's location; there is
    no separate locating step).
 
@@ -50,6 +53,8 @@ from shiftwatch.records import BadInput
 __all__ = ["ClassDetector"]
 
 _SCORES = ("f1", "accuracy")
+#: ``test`` values, in the kernels' order (``P_TEST``)
+_TESTS = ("one-sided", "two-sided")
 
 #: The largest ``window`` accepted (memory per key grows linearly with it).
 MAX_WINDOW = 1_000_000
@@ -86,6 +91,14 @@ class ClassDetector(RiverDriftDetector):
     threshold
         p-value of the significance test below which a split is a change (smaller: fewer
         alarms).
+    test
+        ``"one-sided"`` (default): the rank-sum test's alternative is the one a change
+        claims, the left part's subsequences predicted left and the right part's right.
+        ``"two-sided"``: claspy's (and the paper's code's) test, which also passes the
+        opposite, each side predicted as the other: the sides then resemble each other
+        more than themselves, which is no evidence of a change (on tssb-dev it gave one
+        false alarm, in Herring, a series without changes; ``benchmarks/results/clasp.md``).
+        The oracle tests against claspy run with ``"two-sided"``.
     score
         ``"f1"`` (macro F1, the paper's) or ``"accuracy"`` (the share of subsequences whose
         neighbours' majority is on their own side; claspy's streaming segmenter takes this
@@ -120,7 +133,8 @@ class ClassDetector(RiverDriftDetector):
 
     def __init__(self, window: int = 10_000, n_warmup: int = 500, width: int | str = "suss",
                  k_neighbours: int = 3, excl_radius: int = 5, jump: int = 5,
-                 threshold: float = 1e-50, score: str = "f1", suss_lbound: int = 10,
+                 threshold: float = 1e-50, test: str = "one-sided", score: str = "f1",
+                 suss_lbound: int = 10,
                  suss_threshold: float = 0.89):
         self.window = window
         self.n_warmup = n_warmup
@@ -129,6 +143,7 @@ class ClassDetector(RiverDriftDetector):
         self.excl_radius = excl_radius
         self.jump = jump
         self.threshold = threshold
+        self.test = test
         self.score = score
         self.suss_lbound = suss_lbound
         self.suss_threshold = suss_threshold
@@ -159,6 +174,8 @@ class ClassDetector(RiverDriftDetector):
                 raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
         if not (_num(self.threshold) and 0 < self.threshold < 1):
             raise ValueError(f"threshold must be a p-value in (0, 1), got {self.threshold!r}")
+        if self.test not in _TESTS:
+            raise ValueError(f"test must be one of {_TESTS}, got {self.test!r}")
         if self.score not in _SCORES:
             raise ValueError(f"score must be one of {_SCORES}, got {self.score!r}")
         if not (_num(self.suss_threshold) and 0 < self.suss_threshold < 1):
@@ -211,6 +228,12 @@ class ClassDetector(RiverDriftDetector):
         for k in self._ARRAYS:
             dtype = np.int64 if k in self._INT_ARRAYS else np.float64
             setattr(self, "_" + k, np.array(state[k], dtype=dtype))
+        if self._par.shape == (K.N_PAR - 1,) or self._par.shape == (K.N_PAR,):
+            # the test is a parameter, not state (a state saved before ``test`` existed
+            # has one number fewer); the kernels read it from here
+            self._par = np.append(self._par[:K.P_TEST], _TESTS.index(self.test))
+        elif self._par.size:
+            raise ValueError(f"state has {self._par.size} parameters, expected {K.N_PAR}")
         self._c = None if state["c"] is None else int(state["c"])
         self._w = int(state["w"])
         self._width_rule = None if state.get("width_rule") is None else str(state["width_rule"])
@@ -273,7 +296,8 @@ class ClassDetector(RiverDriftDetector):
         nw = N - w + 1
         self._w = w
         self._par = np.array([N, w, k, w // 2, int(self.excl_radius) * w, int(self.jump), C,
-                              _SCORES.index(self.score)], dtype=np.int64)
+                              _SCORES.index(self.score), _TESTS.index(self.test)],
+                             dtype=np.int64)
         self._ist = np.zeros(K.N_IST, dtype=np.int64)
         self._ts = np.full((C, 2 * N), np.nan)
         self._tot = np.zeros(C)

@@ -54,7 +54,8 @@ P_MINSEG = 4  # smallest segment, excl_radius * w
 P_JUMP = 5  # a profile every ``jump`` values
 P_C = 6  # channels
 P_SCORE = 7  # 0: macro F1, 1: balanced accuracy
-N_PAR = 8
+P_TEST = 8  # 0: one-sided (the split's sides predicted as themselves), 1: two-sided (claspy)
+N_PAR = 9
 
 
 @njit(cache=True)
@@ -308,6 +309,22 @@ def significance_z(offsets, cp, w):
     return (s - expected) / math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12.0)
 
 
+@njit(cache=True)
+def split_passes(z, threshold, test):
+    """Whether a split with rank-sum z (:func:`significance_z`) passes the test.
+
+    ``test`` 1 is claspy's two-sided test, ``p = erfc(|z| / sqrt 2)``: it also passes a
+    split whose left subsequences are predicted right and right ones left (z > 0), which
+    says the two sides resemble each other more than themselves, not that they differ.
+    ``test`` 0 is the one-sided test of the alternative the split claims (left predicted
+    left: z < 0), ``p = erfc(-z / sqrt 2) / 2``. NaN (one side empty) never passes."""
+    if test == 1:
+        p = math.erfc(abs(z) / math.sqrt(2.0))
+    else:
+        p = 0.5 * math.erfc(-z / math.sqrt(2.0))
+    return p <= threshold
+
+
 # ---- the streaming step --------------------------------------------------------------------
 
 @njit(cache=True)
@@ -504,7 +521,7 @@ def class_run(xs, par, ist, threshold, ts, tot, totsq, hist, histsq, means, stds
                 best = profile[r]
                 cp = r
         z = significance_z(offsets, cp, w)
-        if not (math.erfc(abs(z) / math.sqrt(2.0)) <= threshold):
+        if not split_passes(z, threshold, par[P_TEST]):
             continue
         if cp < min_seg or L - cp < min_seg or L - min_seg - cp <= 0:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -93,6 +94,7 @@ def test_same_change_points_as_claspy():
     py = _peer_python()
     series = [{"name": n, "values": v.tolist(), "params": {**p, "log_cps": True}}
               for n, v, p in ORACLE_CASES]
+    # claspy's significance test is two-sided (ours defaults to one-sided)
     run = subprocess.run([py, str(ROOT / "benchmarks" / "peers" / "class_peer.py")],
                          input=json.dumps({"series": series}), capture_output=True,
                          text=True, timeout=600, check=True)
@@ -101,7 +103,7 @@ def test_same_change_points_as_claspy():
     for name, values, params in ORACLE_CASES:
         r = peer[name]
         assert r["status"] == "ok", r
-        ours, width = _ours(values, params)
+        ours, width = _ours(values, {**params, "test": "two-sided"})
         n_warmup = params["n_warmup"]
         theirs = [(c, max(at, n_warmup - 1)) for c, at in zip(r["change_points"],
                                                                r["reported_at"], strict=True)]
@@ -112,11 +114,58 @@ def test_same_change_points_as_claspy():
 
 
 def test_pinned_alarms_and_location():
-    """Regression: exact alarms on a seeded series (changes at 1200 and 2700)."""
+    """Regression: exact alarms on a seeded series (changes at 1200 and 2700). The
+    one-sided test (the default) halves the p-value of an agreeing split, so its second
+    alarm comes one profile (``jump`` values) before the two-sided test's (claspy's)."""
     x = sines([30, 50, 20], [1200, 1500, 1300], seed=2)
     found, width = _ours(x, {"n_timepoints": 2500, "n_warmup": 600})
     assert width == 28
+    assert found == [(1204, 1384), (2687, 2844)]
+    found, _ = _ours(x, {"n_timepoints": 2500, "n_warmup": 600, "test": "two-sided"})
     assert found == [(1204, 1384), (2690, 2849)]
+
+
+def test_one_sided_test_refuses_sides_predicted_as_each_other():
+    """A split whose left subsequences' neighbours all lie right and right ones' left
+    (the sides resemble each other, not themselves): claspy's two-sided test passes it,
+    the one-sided test does not; a split whose sides are predicted as themselves passes
+    both, with half the two-sided p-value."""
+    n, cp, w, k = 400, 200, 10, 3
+    across = np.empty((n, k), dtype=np.int64)
+    across[:cp] = cp + 50  # every left subsequence's neighbours are right
+    across[cp:] = 50  # and every right one's left
+    z = K.significance_z(across, cp, w)
+    assert z > 10
+    assert K.split_passes(z, 1e-20, 1)  # two-sided
+    assert not K.split_passes(z, 1e-20, 0)  # one-sided
+    own = np.empty((n, k), dtype=np.int64)
+    own[:cp] = 50
+    own[cp:] = cp + 50
+    z = K.significance_z(own, cp, w)
+    assert z < -10
+    assert K.split_passes(z, 1e-20, 0) and K.split_passes(z, 1e-20, 1)
+    p2 = math.erfc(abs(z) / math.sqrt(2))
+    assert K.split_passes(z, 0.51 * p2, 0) and not K.split_passes(z, 0.51 * p2, 1)
+    assert not K.split_passes(float("nan"), 0.5, 0) and not K.split_passes(float("nan"), 0.5, 1)
+    with pytest.raises(ValueError, match="test must be one of"):
+        ClassDetector(test="greater")
+
+
+def test_state_saved_before_the_test_parameter_loads():
+    """A state written before ``test`` existed (eight kernel parameters) restores, and the
+    detector's own ``test`` is what the kernels then read."""
+    x = sines([30, 50, 20], [1200, 1500, 1300], seed=2)
+    a = ClassDetector(window=2500, n_warmup=600)
+    a.update_many(x[:1000])
+    st = a.state_dict()
+    st["par"] = st["par"][:8]
+    b = ClassDetector(window=2500, n_warmup=600)
+    b.load_state_dict(st)
+    ra, rb = a.update_many(x[1000:]), b.update_many(x[1000:])
+    assert np.array_equal(ra[1], rb[1]) and ra[1].max() == 2687
+    st["par"] = st["par"][:5]
+    with pytest.raises(ValueError, match="parameters"):
+        ClassDetector(window=2500, n_warmup=600).load_state_dict(st)
 
 
 def _records(x, key="k"):
