@@ -382,7 +382,8 @@ def _class_text(res: dict, i: int) -> str:
 
 
 def series_tables(results: dict, datasets: dict) -> str:
-    """Per data set: ``shape`` and the best level detector, series by series."""
+    """Per data set: ``shape``, ``class`` and ``auto`` (where they alarm) and the best level
+    detector, series by series."""
     lines = []
     for ds, res in results.items():
         series = datasets[ds]
@@ -409,6 +410,20 @@ def series_tables(results: dict, datasets: dict) -> str:
                     f"{r['n_missed']} | {r['f1_1pct']:.3f} | {r['covering']:.3f} | "
                     f"{_false_text(r)} | {short} |" + _class_text(res, i))
             lines += ["", causes(res["shape"]["series"], series), ""]
+        for det, why in (("class", "ClaSS written here"), ("auto", "the recommended default")):
+            if det not in res or not any(r["alarms"] for r in res[det]["series"]):
+                continue
+            lines += [f"### {ds}: `{det}` ({why}) series by series", "",
+                      "| series | n | changes | alarms | false | missed | F1@1% | covering | "
+                      "false alarms at (offset into segment, % of segment) |" + cls_head,
+                      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+                      + cls_rule]
+            for i, (s, r) in enumerate(zip(series, res[det]["series"], strict=True)):
+                lines.append(f"| {s['name']} | {s['n']:,} | {len(r['true_changes'])} | "
+                             f"{r['alarms']} | {r['n_false']} | {r['n_missed']} | "
+                             f"{r['f1_1pct']:.3f} | {r['covering']:.3f} | {_false_text(r)} |"
+                             + _class_text(res, i))
+            lines.append("")
         level = [d for d in LEVEL if d in res]
         if level:
             best = max(level, key=lambda d: means(res[d])["F1@1%"])
