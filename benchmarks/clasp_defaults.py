@@ -74,23 +74,17 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, default=rd.ROOT.parent / "shared" / "data")
     ap.add_argument("--round", choices=("warmup", "threshold", "test"), default="warmup")
     args = ap.parse_args(argv)
-    if args.round == "test":
-        rows = run(args.data, "test")
-        print("| test | F1@1% | covering | objective | alarms/series |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+    if args.round in ("test", "threshold"):
+        param = args.round
+        rows = run(args.data, param)
+        fmt = "{:g}" if param == "threshold" else "{}"
+        print(f"| {param} | F1@1% | covering | objective | alarms/series | seconds |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
         for r in rows:
-            print(f"| {r['test']} | {r['F1@1%']:.3f} | {r['covering']:.3f} | "
-                  f"{r['objective']:.4f} | {r['alarms/series']:.2f} |")
-        print(f"chosen: test={choose_test(rows)}")
-        return 0
-    if args.round == "threshold":
-        rows = run(args.data, "threshold")
-        print("| threshold | F1@1% | covering | objective | alarms/series | seconds |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-        for r in rows:
-            print(f"| {r['threshold']:g} | {r['F1@1%']:.3f} | {r['covering']:.3f} | "
+            print(f"| {fmt.format(r[param])} | {r['F1@1%']:.3f} | {r['covering']:.3f} | "
                   f"{r['objective']:.4f} | {r['alarms/series']:.2f} | {r['seconds']:.1f} |")
-        print(f"chosen: threshold={choose_threshold(rows):g}")
+        chosen = choose_threshold(rows) if param == "threshold" else choose_test(rows)
+        print(f"chosen: {param}={fmt.format(chosen)}")
         return 0
     rows = run(args.data)
     print("| n_warmup | F1@1% | covering | objective | alarms/series | seconds |")
