@@ -15,7 +15,8 @@ route. The rule that uses these numbers is declared in ``benchmarks/results/auto
 candidates of "The multichannel keys' ADWIN delta" instead (delta 0.002, 0.01, 0.05, 0.2; run
 it with ``--sets mocap6,mts-dev``); ``--multichannel-gate`` those of "The multichannel keys'
 level gate" (``multichannel_gate=3`` with delta 0.2, 0.05, 0.01, 0.002, beside the default
-without a gate; the same sets).
+without a gate; the same sets); ``--multichannel-restart`` those of "One change, one restart"
+(``multichannel_restart=True`` with delta 0.2 and 0.002, beside the default; the same sets).
 """
 
 from __future__ import annotations
@@ -54,7 +55,15 @@ GATE_CANDIDATES: list[dict | None] = [None] + [{"delta": d, "gate": 3.0}
                                                for d in (0.2, 0.05, 0.01, 0.002)]
 
 
+#: ``--multichannel-restart``: the candidates of auto.md's "One change, one restart"
+#: (None: ``auto``'s defaults of that round, delta 0.2, no gate, no restart)
+RESTART_CANDIDATES: list[dict | None] = [None] + [{"delta": d, "restart": True}
+                                                  for d in (0.2, 0.002)]
+
+
 def label(params: dict | None) -> str:
+    if params is not None and "restart" in params:
+        return f"restart, delta {params['delta']:g}"
     if params is not None and "gate" in params:
         return f"gate {params['gate']:g}, delta {params['delta']:g}"
     return "None (delta 0.002)" if params is None else f"delta {params['delta']:g}"
@@ -68,6 +77,12 @@ def auto_params(params: dict | None) -> dict:
 def _multi_params(params: dict | None) -> dict:
     """``--multichannel``: a candidate's delta for the multichannel keys."""
     return {} if params is None else {"multichannel_delta": params["delta"]}
+
+
+def _restart_params(params: dict | None) -> dict:
+    """``--multichannel-restart``: a candidate's delta and restart for multichannel keys."""
+    return {} if params is None else {"multichannel_delta": params["delta"],
+                                      "multichannel_restart": params["restart"]}
 
 
 def _gate_params(params: dict | None) -> dict:
@@ -212,9 +227,15 @@ def run(argv, script: str, runner=None):
                     help="the multichannel keys' delta candidates (auto.md)")
     ap.add_argument("--multichannel-gate", action="store_true",
                     help="the multichannel keys' level gate candidates (auto.md)")
+    ap.add_argument("--multichannel-restart", action="store_true",
+                    help="the multichannel keys' restart candidates (auto.md)")
     args = ap.parse_args(argv)
     global BASE, auto_params
-    if args.multichannel_gate:  # on the defaults of its round (2026-12-07 16:00 UTC)
+    if args.multichannel_restart:  # on the defaults of its round (2026-12-08)
+        CANDIDATES[:] = RESTART_CANDIDATES
+        BASE = {}
+        auto_params = _restart_params
+    elif args.multichannel_gate:  # on the defaults of its round (2026-12-07 16:00 UTC)
         global BASE, auto_params
         CANDIDATES[:] = GATE_CANDIDATES
         BASE = {"period": "shape+class", "aperiodic": "class", "level_gate": 3.0,

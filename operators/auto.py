@@ -142,6 +142,10 @@ class AutoDetect(Operator):
         ``None`` (default): a multichannel key's level alarms are all kept. A number: the
         level gate of ``level_gate`` on a multichannel key, the effect size taken on each
         channel and the largest kept (a change in any one channel passes).
+    multichannel_restart
+        ``True``: at a multichannel key's level alarm every channel's ADWIN restarts from the
+        located change (the River adapter's ``restart``), not only the channels that alarmed.
+        ``False`` (default); see ``benchmarks/results/auto.md``, "One change, one restart".
     level_gate_stat
         How the gate's effect size is computed: ``"mean"`` (default, as declared), or the
         robust forms ``"median"`` (medians, pooled MAD) and ``"winsorised"`` (each side
@@ -207,7 +211,7 @@ class AutoDetect(Operator):
                  class_params: Mapping | None = None, aperiodic: str = "class",
                  level_gate: float | None = 3.0, level_gate_stat: str = "mean",
                  multichannel_delta: float | None = 0.2,
-                 multichannel_gate: float | None = None):
+                 multichannel_gate: float | None = None, multichannel_restart: bool = False):
         self.field = field
         self.multichannel = multichannel
         self.level = level
@@ -221,6 +225,7 @@ class AutoDetect(Operator):
         self.level_gate_stat = level_gate_stat
         self.multichannel_delta = multichannel_delta
         self.multichannel_gate = multichannel_gate
+        self.multichannel_restart = multichannel_restart
         self._validate_params()
         self._reset()
 
@@ -240,6 +245,9 @@ class AutoDetect(Operator):
             if g is not None and (isinstance(g, bool) or not isinstance(
                     g, (int, float, np.integer, np.floating)) or not (np.isfinite(g) and g > 0)):
                 raise ValueError(f"{name} must be a positive number or None, got {g!r}")
+        if not isinstance(self.multichannel_restart, bool):
+            raise ValueError(f"multichannel_restart must be true or false, got "
+                             f"{self.multichannel_restart!r}")
         md = self.multichannel_delta
         if md is not None and (isinstance(md, bool) or not isinstance(
                 md, (int, float, np.integer, np.floating)) or not 0 < md < 1):
@@ -297,12 +305,19 @@ class AutoDetect(Operator):
 
     def _new_adwin(self) -> Operator:
         params = dict(self.level_params or {})
-        if self.multichannel_delta is not None and (getattr(self, "_c", None) or 1) > 1:
+        multi = (getattr(self, "_c", None) or 1) > 1
+        if self.multichannel_delta is not None and multi:
             params["delta"] = float(self.multichannel_delta)  # a multichannel key's
+        if self.multichannel_restart and multi:
+            params["restart"] = True
         if self.strictness != 1:  # ADWIN's cut: eps^2 grows with log(1 / delta)
             params["delta"] = float(params.get("delta", self._base("river:ADWIN", "delta"))) \
                 ** self.strictness
         return create("river:ADWIN", **params)
+
+    def _multi_adwin(self) -> bool:
+        """A multichannel key's ADWIN differs from ``level_params``' (made when ``_c`` is)."""
+        return self.multichannel_delta is not None or self.multichannel_restart
 
     def _new_cs(self) -> Operator | None:
         if self.level == "adwin":
@@ -374,7 +389,7 @@ class AutoDetect(Operator):
         if payload["level"] is None:
             self._level = None
         else:
-            if (self._c or 1) > 1 and self.multichannel_delta is not None:
+            if (self._c or 1) > 1 and self._multi_adwin():
                 self._level[1] = self._new_adwin()
             for op, s in zip(self._level, payload["level"], strict=True):
                 op.load_state_dict(s)
@@ -702,7 +717,7 @@ class AutoDetect(Operator):
         if self._c is None:
             self._c = int(x.size)
             self._buf = np.zeros((0, self._c))
-            if self._c > 1 and self.multichannel_delta is not None:
+            if self._c > 1 and self._multi_adwin():
                 self._level[1] = self._new_adwin()  # (no record seen yet)
             if (self.level_gate if self._c == 1 else self.multichannel_gate) is not None:
                 self._gate = self._new_gate()
@@ -743,6 +758,7 @@ class AutoDetect(Operator):
         yield {"period": "shape", "aperiodic": "level", "level_gate": None}
         yield {"level_gate_stat": "median", "class_params": {"window": 400, "n_warmup": 100}}
         yield {"multichannel": "period", "level_params": {"delta": 0.01}}
+        yield {"multichannel_restart": True, "multichannel_delta": None}
         yield {"level": "relay"}
         yield {"level": "handover", "multichannel": "period"}
         yield {"period": "class", "class_params": {"window": 400, "n_warmup": 100}}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -29,11 +28,10 @@ from shiftwatch.operators.river.adwin_state import (
     adwin_patch,
     fast_path_ok,
 )
+from shiftwatch.operators.river.params import check_param_ranges, check_param_type
 from shiftwatch.operators.sensitivity import RIVER_SENSITIVITY
 from shiftwatch.operators.state_codec import diff_state
 from shiftwatch.records import (
-    MAX_RECORDS,
-    MAX_WINDOW,
     PASSTHROUGH_FIELDS,
     BadInput,
     DeadLetter,
@@ -152,7 +150,7 @@ def _detector_class(detector: Any) -> type[RiverDetector]:
         "detector_name": detector,
         "river_class": river_cls,
         "river_defaults": defaults,
-        "accepted_params": ["field", "locate", "locate_window", *defaults],
+        "accepted_params": ["field", "locate", "locate_window", "restart", *defaults],
         "binary": issubclass(river_cls, river_base.BinaryDriftDetector),
         "has_warning": hasattr(river_cls, "warning_detected"),
         "sensitivity": RIVER_SENSITIVITY.get(detector),  # for `shiftwatch calibrate`
@@ -199,6 +197,11 @@ class RiverDetector(Operator):
         or ``False`` (no ``change_at``, no window kept).
     locate_window
         The most values kept for locating (the values since the previous located change).
+    restart
+        Vectors, with ``locate``: at an alarm every coordinate's detector is made afresh and
+        re-fed the kept values from the located change on, so that all of them describe only
+        what came after the key's change (``False``, default: only the coordinates that
+        alarmed forget, as River's detector does). ``auto(multichannel_restart=...)``.
     **params
         The River detector's own keyword parameters, e.g. ``delta`` for ADWIN. Unknown names
         raise ``ValueError`` listing the allowed ones.
@@ -258,7 +261,7 @@ class RiverDetector(Operator):
     """
 
     # Slots: Keyed holds one of these per key, so every byte counts (see benchmarks/keyed.py).
-    __slots__ = ("detector", "field", "locate", "locate_window", "params", "_shape",
+    __slots__ = ("detector", "field", "locate", "locate_window", "params", "restart", "_shape",
                  "_detector", "_detectors", "_window")
 
     input_kind: ClassVar[str] = "scalar or vector (one detector per coordinate)"
@@ -270,7 +273,8 @@ class RiverDetector(Operator):
     has_warning: ClassVar[bool] = False
 
     def __new__(cls, detector: str | None = None, field: str = "value",
-                locate: bool | str = True, locate_window: int = 1000, **params: Any):
+                locate: bool | str = True, locate_window: int = 1000, restart: bool = False,
+                **params: Any):
         if cls is RiverDetector:
             if detector is None:
                 raise ValueError("RiverDetector needs detector=NAME, one of: "
@@ -279,11 +283,13 @@ class RiverDetector(Operator):
         return super().__new__(cls)
 
     def __init__(self, detector: str | None = None, field: str = "value",
-                 locate: bool | str = True, locate_window: int = 1000, **params: Any):
+                 locate: bool | str = True, locate_window: int = 1000, restart: bool = False,
+                **params: Any):
         self.detector = type(self).detector_name if detector is None else detector
         self.field = field
         self.locate = locate
         self.locate_window = locate_window
+        self.restart = restart
         self.params = params
         self._validate_params()
         self._reset()
@@ -302,13 +308,16 @@ class RiverDetector(Operator):
         if (isinstance(self.locate_window, bool) or not isinstance(self.locate_window, int)
                 or self.locate_window < 2):
             raise ValueError(f"locate_window must be an integer >= 2, got {self.locate_window!r}")
+        if not isinstance(self.restart, bool) or (self.restart and self.locate is False):
+            raise ValueError(f"restart must be true or false, and needs locate; got "
+                             f"restart={self.restart!r}, locate={self.locate!r}")
         unknown = sorted(set(self.params) - set(self.river_defaults))
         if unknown:
             raise ValueError(f"{self.name} has no parameter {', '.join(map(repr, unknown))}; "
                              f"parameters: {', '.join(self.accepted_params)}")
         for k, v in self.params.items():
-            _check_param_type(self.name, k, v, self.river_defaults[k])
-        _check_param_ranges(self.name, self.detector, {**self.river_defaults, **self.params})
+            check_param_type(self.name, k, v, self.river_defaults[k])
+        check_param_ranges(self.name, self.detector, {**self.river_defaults, **self.params})
         try:
             self.river_class(**self.params)
         except (ValueError, TypeError, OverflowError) as exc:
@@ -326,18 +335,20 @@ class RiverDetector(Operator):
         new = object.__new__(type(self))
         new.detector, new.field, new.locate = self.detector, self.field, self.locate
         new.locate_window, new.params = self.locate_window, dict(self.params)
+        new.restart = self.restart
         new._reset()
         return new
 
     def _get_params(self) -> dict:
         return {"detector": self.detector, "field": self.field, "locate": self.locate,
-                "locate_window": self.locate_window, **self.params}
+                "locate_window": self.locate_window, "restart": self.restart, **self.params}
 
     def all_params(self) -> dict:
         """The adapter's parameters and every parameter of River's detector, River's
         defaults included."""
         return {"detector": self.detector, "field": self.field, "locate": self.locate,
-                "locate_window": self.locate_window, **self.river_defaults, **self.params}
+                "locate_window": self.locate_window, "restart": self.restart,
+                **self.river_defaults, **self.params}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._get_params().items())
@@ -348,7 +359,8 @@ class RiverDetector(Operator):
         """Name, summary, parameters with defaults and accepted input (for ``list_operators``)."""
         doc = inspect.getdoc(cls.river_class) or ""
         summary = doc.split("\n")[0].replace("[^1]", "").strip()
-        params: dict[str, Any] = {"field": "value", "locate": True, "locate_window": 1000}
+        params: dict[str, Any] = {"field": "value", "locate": True, "locate_window": 1000,
+                                  "restart": False}
         params.update({k: ("required" if v is inspect.Parameter.empty else v)
                        for k, v in cls.river_defaults.items()})
         return OperatorInfo(name=cls.name, summary=f"River: {summary}", params=params,
@@ -583,6 +595,14 @@ class RiverDetector(Operator):
         if ts is not None:
             out["change_ts"] = ts
         window.drop_before(at)
+        if self.restart and coordinates is not None:  # every coordinate from the change on
+            rest = window.values()
+            if self.binary:
+                rest = rest.astype(np.int64)
+            self._detectors = dets = [self.river_class(**self.params) for _ in self._detectors]
+            for j, det in enumerate(dets):
+                for x in rest[:, j].tolist():
+                    det.update(x)
 
     def process_batch(self, records: Iterable[Mapping]) -> list[dict | DeadLetter]:
         """Same outputs as :meth:`process` in a loop, with the hot path inlined."""
@@ -635,6 +655,7 @@ class RiverDetector(Operator):
         seeded = {"seed": 3} if "seed" in cls.river_defaults else {}
         yield dict(seeded)
         yield {**seeded, "field": "meta.x"}  # vectors of length 3 (see _test_stream)
+        yield {**seeded, "field": "meta.x", "restart": True}
         extra = _EXTRA_TEST_PARAMS.get(cls.detector_name or "")
         if extra:
             yield {**seeded, **extra}
@@ -691,98 +712,6 @@ _EXTRA_TEST_PARAMS: dict[str, dict] = {
     "HDDMA": {"two_sided_test": True},
     "HDDMW": {"two_sided_test": True, "lambda_val": 0.1},
 }
-
-
-
-def _check_param_type(op_name: str, name: str, value: Any, default: Any) -> None:
-    """Reject values River would only trip over later, in ``update``."""
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ValueError(f"{op_name}: {name} must be true or false, got {value!r}")
-    elif isinstance(default, numbers.Real):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ValueError(f"{op_name}: {name} must be a number, got {value!r}")
-        if isinstance(default, int) and not float(value).is_integer():
-            raise ValueError(f"{op_name}: {name} must be an integer, got {value!r}")
-        if math.isnan(value):
-            raise ValueError(f"{op_name}: {name} must be a number, got nan")
-    elif isinstance(default, str):
-        if not isinstance(value, str):
-            raise ValueError(f"{op_name}: {name} must be a string, got {value!r}")
-    elif name == "seed" and value is not None and (
-            isinstance(value, bool) or not isinstance(value, numbers.Integral)):
-        raise ValueError(f"{op_name}: seed must be an integer or None, got {value!r}")
-
-
-#: Allowed ranges of River's detector parameters, checked before River sees them (some bad
-#: values make River's compiled code panic, others are accepted and never alarm). Read from
-#: River 0.26's docstrings and code: name -> param -> (low, high, low_closed, high_closed),
-#: either bound None for unbounded. Significance levels and confidences are probabilities.
-_UNIT_OPEN = (0.0, 1.0, False, False)
-_POSITIVE = (0.0, None, False, False)
-_NONNEGATIVE = (0.0, None, True, False)
-_AT_LEAST_1 = (1, None, True, False)
-#: Parameters that size memory or time get an upper bound from their meaning: a window or
-#: a wait of records at most MAX_RECORDS (MAX_WINDOW for windows River keeps whole), ADWIN's
-#: buckets per level at most 1,000 (River's default is 5; each of its ~log2(n) levels holds
-#: max_buckets + 1 of them: 1e9 asked 8 GB of a compiled helper, which aborted the process).
-_RECORDS = (0, MAX_RECORDS, True, True)
-_RECORDS_1 = (1, MAX_RECORDS, True, True)
-PARAM_RANGES: dict[str, dict[str, tuple]] = {
-    "ADWIN": {"delta": _UNIT_OPEN, "clock": _RECORDS_1, "max_buckets": (1, 1000, True, True),
-              "min_window_length": _RECORDS_1, "grace_period": _RECORDS},
-    "PageHinkley": {"min_instances": _RECORDS, "delta": _NONNEGATIVE,
-                    "threshold": _POSITIVE, "alpha": (0.0, 1.0, False, True)},
-    "KSWIN": {"alpha": _UNIT_OPEN, "window_size": (2, MAX_WINDOW, True, True),
-              "stat_size": (1, MAX_WINDOW, True, True)},
-    "DummyDriftDetector": {"t_0": _NONNEGATIVE, "w": _NONNEGATIVE},
-    "DDM": {"warm_start": _RECORDS, "warning_threshold": _POSITIVE,
-            "drift_threshold": _POSITIVE},
-    "EDDM": {"warm_start": _RECORDS, "alpha": (0.0, 1.0, False, True),
-             "beta": (0.0, 1.0, False, True)},
-    "FHDDM": {"sliding_window_size": (1, MAX_WINDOW, True, True),
-              "confidence_level": _UNIT_OPEN, "short_window_size": (1, MAX_WINDOW, True, True)},
-    "HDDMA": {"drift_confidence": _UNIT_OPEN, "warning_confidence": _UNIT_OPEN},
-    "HDDMW": {"drift_confidence": _UNIT_OPEN, "warning_confidence": _UNIT_OPEN,
-              "lambda_val": (0.0, 1.0, False, True)},
-}
-
-
-def _check_param_ranges(op_name: str, detector: str, values: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` naming the parameter when a value is outside River's range.
-
-    >>> _check_param_ranges("river:ADWIN", "ADWIN", {"delta": 5})
-    Traceback (most recent call last):
-    ...
-    ValueError: river:ADWIN: delta must be in (0, 1), got 5
-    """
-    for name, (lo, hi, lo_closed, hi_closed) in PARAM_RANGES.get(detector, {}).items():
-        v = values.get(name)
-        if v is None or v is inspect.Parameter.empty or isinstance(v, bool) or not isinstance(
-                v, numbers.Real):
-            continue  # absent, or wrong type (reported by _check_param_type)
-        too_low = lo is not None and (v < lo if lo_closed else v <= lo)
-        too_high = hi is not None and (v > hi if hi_closed else v >= hi)
-        if too_low or too_high or math.isinf(v):
-            def g(x: float) -> str:  # 10,000,000 rather than 1e+07
-                return f"{int(x):,}" if float(x).is_integer() and abs(x) >= 1000 else f"{x:g}"
-
-            if hi is None:
-                rng = f">= {g(lo)}" if lo_closed else f"> {g(lo)}"
-            else:
-                rng = f"{'[' if lo_closed else '('}{g(lo)}, {g(hi)}{']' if hi_closed else ')'}"
-                rng = f"in {rng}"
-            raise ValueError(f"{op_name}: {name} must be {rng}, got {v!r}")
-    if detector == "KSWIN":
-        ws, ss = values.get("window_size"), values.get("stat_size")
-        if isinstance(ws, numbers.Real) and isinstance(ss, numbers.Real) and ss >= ws:
-            raise ValueError(f"{op_name}: stat_size must be smaller than window_size "
-                             f"({ws!r}), got {ss!r}")
-    if detector == "EDDM":
-        a, b = values.get("alpha"), values.get("beta")
-        if isinstance(a, numbers.Real) and isinstance(b, numbers.Real) and a < b:
-            raise ValueError(f"{op_name}: alpha (warning) must be >= beta (drift), "
-                             f"got alpha={a!r}, beta={b!r}")
 
 
 register_prefix("river", _detector_class, river_detector_names)

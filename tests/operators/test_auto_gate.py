@@ -281,3 +281,33 @@ def test_a_periodic_key_is_shape_s_until_class_s_warm_up_then_class_s():
         b.load_state_dict(loads_state(dumps_state(a.state_dict())))
         assert head + b.process_batch(recs[cut:]) == outs, cut
     assert len(a.state_dict()["state"]["buf"]) == 0  # the buffer goes with the hand-over
+
+
+def test_multichannel_restart_puts_every_channel_back_at_the_located_change():
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=(2000, 3))
+    y[1000:] += [1.0, 0.8, 0.6]  # one change, seen by the channels at different lags
+    recs = records(y)
+    op = create("auto", multichannel_restart=True)
+    whole = op.process_batch(recs)
+    assert op._level[1].all_params()["restart"] is True
+    assert op._level[1].all_params()["delta"] == 0.2
+    ats = [at for _, at in alarms(whole)]
+    assert ats and abs(ats[0] - 1000) <= 25
+    for cut in (1, 1010, 1500):  # restores keep the option and give the same outputs
+        a = create("auto", multichannel_restart=True)
+        head = a.process_batch(recs[:cut])
+        b = create("auto", multichannel_restart=True)
+        b.load_state_dict(loads_state(dumps_state(a.state_dict())))
+        assert b._level[1].all_params()["restart"] is True
+        assert head + b.process_batch(recs[cut:]) == whole
+    # River's delta with a restart; a univariate key's ADWIN is untouched
+    plain = create("auto", multichannel_restart=True, multichannel_delta=None)
+    plain.process_batch(recs[:10])
+    assert plain._level[1].all_params()["delta"] == 0.002
+    assert plain._level[1].all_params()["restart"] is True
+    uni = create("auto", multichannel_restart=True)
+    uni.process_batch(records(rng.normal(size=50)))
+    assert uni._level[1].all_params()["restart"] is False
+    with pytest.raises(ValueError, match="multichannel_restart"):
+        create("auto", multichannel_restart="yes")

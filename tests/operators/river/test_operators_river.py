@@ -121,7 +121,7 @@ def test_constructor_forms_and_parameter_errors():
         RiverDetector()
     with pytest.raises(ValueError, match="unknown River detector"):
         RiverDetector(detector="SPC")
-    with pytest.raises(ValueError, match="parameters: field, locate, locate_window, delta"):
+    with pytest.raises(ValueError, match="parameters: field, locate, locate_window, restart, delta"):
         RiverDetector(detector="ADWIN", alpha=0.1)
     for name, bad in [("PageHinkley", {"threshold": "high"}), ("PageHinkley", {"mode": "x"}),
                       ("KSWIN", {"alpha": 2.0}), ("KSWIN", {"seed": 1.5}),
@@ -278,6 +278,56 @@ def test_locate_window_is_bounded_and_restored():
     op2 = create("river:PageHinkley", locate_window=50)
     op2.load_state_dict(json.loads(json.dumps(state, default=lambda a: a.tolist())))
     assert op2.process_batch(recs[700:]) == op.process_batch(recs[700:])
+
+
+def _staggered(seed):
+    """Three channels that all change at 500, by 1, 0.8 and 0.6 sd (seen at different lags)."""
+    rng = np.random.default_rng(seed)
+    v = rng.normal(0, 1, (1000, 3))
+    v[500:] += [1.0, 0.8, 0.6]
+    return [{"ts": float(i), "value": r.tolist()} for i, r in enumerate(v)]
+
+
+def test_restart_makes_one_change_of_several_channels_one_alarm():
+    """Without ``restart`` the channels that see a shared change later alarm again, each
+    located inside the new segment; with it every channel starts again from the located change
+    (re-fed the values since), so the later ones have nothing left to see."""
+    extra_without, extra_with = 0, 0
+    for seed in range(10):
+        recs = _staggered(seed)
+        for restart in (False, True):
+            outs = create("river:ADWIN", restart=restart).process_batch(recs)
+            at = [o["change_at"] for o in outs if o["alarm"]]
+            assert at and abs(at[0] - 500) <= 25, (seed, restart, at)
+            if restart:
+                extra_with += len(at) - 1
+            else:
+                extra_without += len(at) - 1
+    assert extra_without >= 5 and extra_with <= 1, (extra_without, extra_with)
+
+
+def test_restart_refeeds_from_the_located_change_and_round_trips():
+    recs = _staggered(3)
+    op = create("river:ADWIN", restart=True)
+    outs = op.process_batch(recs[:700])
+    first = next(o for o in outs if o["alarm"])
+    # every channel's ADWIN now holds exactly the values from the located change on
+    widths = [d.width for d in op._detectors]
+    assert widths == [700 - first["change_at"]] * 3, (widths, first)
+    state = json.loads(json.dumps(op.state_dict(), default=lambda a: a.tolist()))
+    op2 = create("river:ADWIN", restart=True)
+    op2.load_state_dict(state)
+    assert op2.process_batch(recs[700:]) == op.process_batch(recs[700:])
+    # a scalar key has one detector: restart changes nothing
+    x = [{"ts": float(i), "value": r["value"][0]} for i, r in enumerate(recs)]
+    assert create("river:ADWIN", restart=True).process_batch(x) == \
+        create("river:ADWIN").process_batch(x)
+
+
+@pytest.mark.parametrize("bad", [{"restart": 1}, {"restart": True, "locate": False}])
+def test_restart_parameter_errors(bad):
+    with pytest.raises(ValueError, match="restart"):
+        create("river:ADWIN", **bad)
 
 
 @pytest.mark.parametrize("bad", [{"locate": "median"}, {"locate": 1},
