@@ -236,7 +236,6 @@ def run(argv, script: str, runner=None):
         BASE = {}
         auto_params = _restart_params
     elif args.multichannel_gate:  # on the defaults of its round (2026-12-07 16:00 UTC)
-        global BASE, auto_params
         CANDIDATES[:] = GATE_CANDIDATES
         BASE = {"period": "shape+class", "aperiodic": "class", "level_gate": 3.0,
                 "multichannel_delta": 0.2, "multichannel_gate": None}
