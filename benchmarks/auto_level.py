@@ -61,12 +61,18 @@ RESTART_CANDIDATES: list[dict | None] = [None] + [{"delta": d, "restart": True}
                                                   for d in (0.2, 0.002)]
 
 
+#: what the candidate None is called (``run`` changes it for a round on other defaults)
+NONE_LABEL = "None (delta 0.002)"
+
+
 def label(params: dict | None) -> str:
-    if params is not None and "restart" in params:
+    if params is None:
+        return NONE_LABEL
+    if "restart" in params:
         return f"restart, delta {params['delta']:g}"
     if params is not None and "gate" in params:
         return f"gate {params['gate']:g}, delta {params['delta']:g}"
-    return "None (delta 0.002)" if params is None else f"delta {params['delta']:g}"
+    return f"delta {params['delta']:g}"
 
 
 def auto_params(params: dict | None) -> dict:
@@ -230,11 +236,12 @@ def run(argv, script: str, runner=None):
     ap.add_argument("--multichannel-restart", action="store_true",
                     help="the multichannel keys' restart candidates (auto.md)")
     args = ap.parse_args(argv)
-    global BASE, auto_params
+    global BASE, auto_params, NONE_LABEL
     if args.multichannel_restart:  # on the defaults of its round (2026-12-08)
         CANDIDATES[:] = RESTART_CANDIDATES
         BASE = {}
         auto_params = _restart_params
+        NONE_LABEL = "default (delta 0.2, no restart)"
     elif args.multichannel_gate:  # on the defaults of its round (2026-12-07 16:00 UTC)
         CANDIDATES[:] = GATE_CANDIDATES
         BASE = {"period": "shape+class", "aperiodic": "class", "level_gate": 3.0,

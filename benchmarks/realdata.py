@@ -80,6 +80,8 @@ AUTO_OPTIONS = {
     "auto (level_gate=2)": {"level_gate": 2.0},
     "auto (level_gate_stat=median)": {"level_gate_stat": "median"},
     "auto (level_gate_stat=winsorised)": {"level_gate_stat": "winsorised"},
+    "auto (multichannel_restart, delta 0.002)": {"multichannel_restart": True,
+                                                 "multichannel_delta": None},
 }
 SHAPE_ASYM = "shape (asymmetry=True)"
 #: ``class`` with claspy's two-sided significance test (its default before clasp.md's round)
@@ -605,7 +607,9 @@ def main(argv=None) -> int:
         "period, ADWIN alone otherwise, River's delta), and each other `auto (...)` row with "
         "one option changed from the defaults (auto.md: `multichannel=period`, `level=relay`, "
         "`period=shape`, `level_gate=None` or `2`, the robust gates, `multichannel_delta="
-        "None`; each rejected as the default by its declared rule). `class` runs "
+        "None`; `auto (multichannel_restart, delta 0.002)` two, `multichannel_restart=True, "
+        "multichannel_delta=None`; each rejected as the default by its declared rule). "
+        "`class` runs "
         "with its defaults (ClaSS written here; `n_warmup=500`, the one-sided significance test, "
         "clasp.md), `class (test=two-sided)` with claspy's test (the default before clasp.md's "
         "round on the test's alternative). "
