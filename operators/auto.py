@@ -145,7 +145,10 @@ class AutoDetect(Operator):
     multichannel_restart
         ``True``: at a multichannel key's level alarm every channel's ADWIN restarts from the
         located change (the River adapter's ``restart``), not only the channels that alarmed.
-        ``False`` (default); see ``benchmarks/results/auto.md``, "One change, one restart".
+        ``False`` (default): it lost its declared round (``benchmarks/results/auto.md``, "One
+        change, one restart"; with delta 0.2 mean covering +0.011 but F1@1% -0.006). With
+        ``multichannel_delta=None`` it covered mocap6's long segments best (0.752 against
+        per-channel ADWIN's 0.717) and mts-dev's short ones worst (0.454).
     level_gate_stat
         How the gate's effect size is computed: ``"mean"`` (default, as declared), or the
         robust forms ``"median"`` (medians, pooled MAD) and ``"winsorised"`` (each side
