@@ -121,7 +121,8 @@ def test_constructor_forms_and_parameter_errors():
         RiverDetector()
     with pytest.raises(ValueError, match="unknown River detector"):
         RiverDetector(detector="SPC")
-    with pytest.raises(ValueError, match="parameters: field, locate, locate_window, restart, delta"):
+    with pytest.raises(ValueError,
+                       match="parameters: field, locate, locate_window, restart, delta"):
         RiverDetector(detector="ADWIN", alpha=0.1)
     for name, bad in [("PageHinkley", {"threshold": "high"}), ("PageHinkley", {"mode": "x"}),
                       ("KSWIN", {"alpha": 2.0}), ("KSWIN", {"seed": 1.5}),
