@@ -70,7 +70,7 @@ def label(params: dict | None) -> str:
         return NONE_LABEL
     if "restart" in params:
         return f"restart, delta {params['delta']:g}"
-    if params is not None and "gate" in params:
+    if "gate" in params:
         return f"gate {params['gate']:g}, delta {params['delta']:g}"
     return f"delta {params['delta']:g}"
 

@@ -284,7 +284,7 @@ class RiverDetector(Operator):
 
     def __init__(self, detector: str | None = None, field: str = "value",
                  locate: bool | str = True, locate_window: int = 1000, restart: bool = False,
-                **params: Any):
+                 **params: Any):
         self.detector = type(self).detector_name if detector is None else detector
         self.field = field
         self.locate = locate
